@@ -1,0 +1,445 @@
+"""Inventory loading and validation.
+
+An inventory is a directory `inventory/<name>/` holding `hosts.yml` (Ansible's YAML
+inventory format) plus optional `group_vars/` and `host_vars/`. Validation collects every
+problem it finds, each naming the file, the key path and what is wrong; nothing touches
+a host before the inventory validates.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from provisioner.errors import InputError, InputProblem
+from provisioner.nccl_variables import KNOWN_NCCL_VARIABLES, unknown_variable_message
+from provisioner.yaml_source import load_yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+REQUIRED_GROUPS = ("controller", "gpu_nodes", "monitoring")
+OPTIONAL_GROUPS = ("login", "subnet_managers")
+KNOWN_GROUPS = REQUIRED_GROUPS + OPTIONAL_GROUPS
+GROUP_KEYS = {"hosts", "vars", "children"}
+
+# An exact version pin: dotted numbers, optional epoch and Debian revision/suffix.
+# "535.161.08", "22.05.8-4+deb12u3", "1:2.3.0-1", "28.39.1002". Not "535", "latest", "535.x".
+VERSION_PATTERN = re.compile(r"^(\d+:)?\d+(\.\d+)+([-+~][0-9A-Za-z.+~-]*)?$")
+SLURM_TIME_PATTERN = re.compile(r"^(INFINITE|UNLIMITED|(\d+-)?\d+(:\d{2}){0,2})$")
+
+
+@dataclass(frozen=True)
+class Defined:
+    """A variable's value and where it was defined."""
+
+    value: Any
+    file: str
+    key: str
+
+
+class GpuNodeVars(BaseModel):
+    """Variables every host in `gpu_nodes` must carry (after group/host merging)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    gpu_count: int = Field(strict=True, ge=1, le=64)
+    gpu_model: str = Field(min_length=1)
+    ib_hca_count: int = Field(default=0, strict=True, ge=0, le=64)
+
+
+class Partition(BaseModel):
+    """One Slurm partition as declared in `slurm_partitions`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]+$")
+    nodes: list[str] | Literal["ALL"] = "ALL"
+    default: bool = False
+    max_time: str = "INFINITE"
+
+    @field_validator("max_time")
+    @classmethod
+    def _slurm_time(cls, value: str) -> str:
+        if not SLURM_TIME_PATTERN.match(value):
+            raise ValueError("not a Slurm time limit (e.g. INFINITE, 30, 1:00:00 or 2-00:00:00)")
+        return value
+
+
+class ClusterVars(BaseModel):
+    """Cluster-wide variables (the `all` group)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    cluster_name: str = Field(default="cluster", pattern=r"^[a-z][a-z0-9_-]*$")
+    fabric: Literal["infiniband", "roce", "ethernet"] = "infiniband"
+    slurm_partitions: list[Partition] = Field(default_factory=list)
+    nccl_env: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+@dataclass
+class Inventory:
+    """A validated inventory."""
+
+    name: str
+    directory: Path
+    hosts_file: Path
+    groups: dict[str, list[str]]
+    hostvars: dict[str, dict[str, Any]]
+    cluster: ClusterVars
+    gpu_nodes: dict[str, GpuNodeVars] = field(default_factory=dict)
+
+    @property
+    def hosts(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for members in self.groups.values():
+            seen.update(dict.fromkeys(members))
+        return list(seen)
+
+    def group(self, name: str) -> list[str]:
+        return list(self.groups.get(name, []))
+
+
+def resolve_inventory_dir(name_or_path: str) -> Path:
+    """`prod` means `inventory/prod/` of the project; an existing path is taken as it is."""
+    candidate = Path(name_or_path)
+    if candidate.is_file():
+        return candidate.parent
+    if candidate.is_dir():
+        return candidate
+    project_dir = PROJECT_ROOT / "inventory" / name_or_path
+    if project_dir.is_dir():
+        return project_dir
+    raise InputError(
+        [InputProblem(name_or_path, "", f"no such inventory (looked for {name_or_path} and {project_dir})")]
+    )
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _key(prefix: str, name: Any) -> str:
+    return f"{prefix}.{name}" if prefix else str(name)
+
+
+@dataclass
+class _Reader:
+    """Walks the YAML inventory, recording groups, hosts and every variable's origin."""
+
+    hosts_display: str
+    problems: list[InputProblem] = field(default_factory=list)
+    parents: dict[str, str | None] = field(default_factory=dict)
+    direct_hosts: dict[str, list[str]] = field(default_factory=dict)
+    host_keys: dict[str, str] = field(default_factory=dict)
+    group_vars: dict[str, dict[str, Defined]] = field(default_factory=dict)
+    host_vars: dict[str, dict[str, Defined]] = field(default_factory=dict)
+
+    def problem(self, key: str, message: str, file: str | None = None) -> None:
+        self.problems.append(InputProblem(file or self.hosts_display, key, message))
+
+    def read_root(self, document: Any) -> None:
+        if not isinstance(document, dict) or set(document) != {"all"}:
+            found = sorted(document) if isinstance(document, dict) else type(document).__name__
+            self.problem("", f"the top level must be the single key 'all' (found {found})")
+            return
+        self.read_group("all", document["all"], "all", parent=None)
+
+    def read_group(self, name: str, body: Any, key: str, parent: str | None) -> None:
+        if name in self.parents:
+            self.problem(key, f"group {name!r} is defined twice (first under {self.parents[name]!r})")
+            return
+        self.parents[name] = parent
+        self.direct_hosts.setdefault(name, [])
+        if body is None:
+            return
+        if not isinstance(body, dict):
+            self.problem(key, "a group must be a mapping of hosts, vars and children")
+            return
+        for unknown in sorted(set(body) - GROUP_KEYS):
+            self.problem(_key(key, unknown), "unknown key in a group (expected hosts, vars or children)")
+        self._read_hosts(name, body.get("hosts"), _key(key, "hosts"))
+        self._read_vars(self.group_vars.setdefault(name, {}), body.get("vars"), _key(key, "vars"),
+                        self.hosts_display)
+        children = body.get("children") or {}
+        if not isinstance(children, dict):
+            self.problem(_key(key, "children"), "children must be a mapping of group names")
+            return
+        for child, child_body in children.items():
+            child_key = _key(_key(key, "children"), child)
+            self._check_group_name(name, str(child), child_key)
+            self.read_group(str(child), child_body, child_key, parent=name)
+
+    def _check_group_name(self, parent: str, child: str, key: str) -> None:
+        if parent == "all" and child not in KNOWN_GROUPS:
+            self.problem(key, f"unknown group {child!r}{_suggest(child, KNOWN_GROUPS)}; top-level groups are "
+                         f"{', '.join(KNOWN_GROUPS)} (sub-groups of GPU nodes go under gpu_nodes.children)")
+        elif parent != "all" and child in KNOWN_GROUPS:
+            self.problem(key, f"group {child!r} must sit directly under all.children")
+
+    def _read_hosts(self, group: str, hosts: Any, key: str) -> None:
+        if hosts is None:
+            return
+        if not isinstance(hosts, dict):
+            self.problem(key, "hosts must be a mapping of host names to their variables")
+            return
+        for host, variables in hosts.items():
+            host = str(host)
+            host_key = _key(key, host)
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", host):
+                self.problem(host_key, f"{host!r} is not a valid host name")
+            self.direct_hosts[group].append(host)
+            self.host_keys.setdefault(host, host_key)
+            self._read_vars(self.host_vars.setdefault(host, {}), variables, host_key, self.hosts_display)
+
+    def _read_vars(self, target: dict[str, Defined], variables: Any, key: str, file: str) -> None:
+        if variables is None:
+            return
+        if not isinstance(variables, dict):
+            self.problem(key, "variables must be a mapping", file)
+            return
+        for name, value in variables.items():
+            target[str(name)] = Defined(value, file, _key(key, name))
+
+
+def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _read_var_files(directory: Path, known: set[str], kind: str, reader: _Reader) -> dict[str, dict[str, Defined]]:
+    """Read group_vars/ or host_vars/: `<name>.yml` files or `<name>/` folders of YAML files."""
+    found: dict[str, dict[str, Defined]] = {}
+    if not directory.is_dir():
+        return found
+    for entry in sorted(directory.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        files = sorted(p for p in entry.iterdir() if p.suffix in (".yml", ".yaml")) if entry.is_dir() else [entry]
+        name = entry.name if entry.is_dir() else entry.stem
+        if entry.is_file() and entry.suffix not in (".yml", ".yaml"):
+            continue
+        if name not in known:
+            reader.problem("", f"no {kind} named {name!r} in hosts.yml{_suggest(name, sorted(known))}",
+                           _display(entry))
+            continue
+        for path in files:
+            display = _display(path)
+            try:
+                document = load_yaml(path, display)
+            except InputError as error:
+                reader.problems.extend(error.problems)
+                continue
+            reader._read_vars(found.setdefault(name, {}), document, "", display)
+    return found
+
+
+def _lineage(group: str, parents: dict[str, str | None]) -> list[str]:
+    chain: list[str] = []
+    current: str | None = group
+    while current is not None:
+        chain.append(current)
+        current = parents.get(current)
+    return list(reversed(chain))
+
+
+def _members(reader: _Reader) -> dict[str, list[str]]:
+    """Every group's hosts, including those of its descendant groups (in inventory order)."""
+    members: dict[str, dict[str, None]] = {name: {} for name in reader.parents}
+    for group, hosts in reader.direct_hosts.items():
+        for ancestor in _lineage(group, reader.parents):
+            members[ancestor].update(dict.fromkeys(hosts))
+    return {name: list(hosts) for name, hosts in members.items()}
+
+
+def _merged_host_vars(host: str, reader: _Reader, file_groups: dict, file_hosts: dict) -> dict[str, Defined]:
+    """Ansible's precedence, simplified: all < parent groups < child groups < the host."""
+    groups = [g for g, hosts in reader.direct_hosts.items() if host in hosts]
+    ordered: list[str] = []
+    for group in groups:
+        for name in _lineage(group, reader.parents):
+            if name not in ordered:
+                ordered.append(name)
+    ordered.sort(key=lambda name: len(_lineage(name, reader.parents)))
+    merged: dict[str, Defined] = {}
+    for name in ordered:
+        merged.update(reader.group_vars.get(name, {}))
+        merged.update(file_groups.get(name, {}))
+    merged.update(reader.host_vars.get(host, {}))
+    merged.update(file_hosts.get(host, {}))
+    return merged
+
+
+def _check_definitions(sites: list[dict[str, Defined]], reader: _Reader) -> None:
+    """Checks that apply wherever a variable is defined: version pins and NCCL names."""
+    for variables in sites:
+        for name, defined in variables.items():
+            if name.endswith("_version"):
+                _check_version(defined, reader)
+            if name == "nccl_env" and isinstance(defined.value, dict):
+                for variable in defined.value:
+                    if not str(variable).startswith("NCCL_"):
+                        reader.problem(_key(defined.key, variable), "not an NCCL variable (names start with NCCL_)",
+                                       defined.file)
+                    elif variable not in KNOWN_NCCL_VARIABLES:
+                        reader.problem(_key(defined.key, variable), unknown_variable_message(str(variable)),
+                                       defined.file)
+
+
+def _check_version(defined: Defined, reader: _Reader) -> None:
+    value = defined.value
+    if isinstance(value, bool) or not isinstance(value, str):
+        reader.problem(defined.key, f"a version pin must be a quoted string (YAML read {value!r} as "
+                       f"{type(value).__name__}: quote it, e.g. \"{value}\")", defined.file)
+    elif not VERSION_PATTERN.match(value):
+        reader.problem(defined.key, f"{value!r} is not an exact version (expected e.g. \"535.161.08\" "
+                       "or \"22.05.8-4+deb12u3\")", defined.file)
+
+
+def _pydantic_problems(error: ValidationError, variables: dict[str, Defined], missing_at: tuple[str, str],
+                       hint: str) -> list[InputProblem]:
+    problems = []
+    for item in error.errors():
+        location = item["loc"]
+        top = str(location[0]) if location else ""
+        rest = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in location[1:])
+        if top in variables:
+            defined = variables[top]
+            problems.append(InputProblem(defined.file, defined.key + rest, _pydantic_message(item)))
+        else:
+            file, key = missing_at
+            problems.append(InputProblem(file, _key(key, top) + rest, f"missing: {hint}"))
+    return problems
+
+
+def _pydantic_message(item: dict) -> str:
+    message = item["msg"]
+    if item["type"] == "literal_error":
+        message = f"{item['input']!r} is not allowed: {message.lower()}"
+    elif "input" in item and not isinstance(item["input"], dict | list):
+        message = f"{message} (got {item['input']!r})"
+    return message
+
+
+def _check_partitions(cluster: ClusterVars, variables: dict[str, Defined], members: dict[str, list[str]],
+                      reader: _Reader) -> None:
+    gpu_nodes = set(members.get("gpu_nodes", []))
+    gpu_groups = {g for g in members if g == "gpu_nodes" or "gpu_nodes" in _lineage(g, reader.parents)}
+    defined = variables.get("slurm_partitions")
+    if defined is None:
+        return
+    names: set[str] = set()
+    defaults = []
+    for index, partition in enumerate(cluster.slurm_partitions):
+        key = f"{defined.key}[{index}]"
+        if partition.name in names:
+            reader.problem(f"{key}.name", f"partition {partition.name!r} is declared twice", defined.file)
+        names.add(partition.name)
+        if partition.default:
+            defaults.append(partition.name)
+        if partition.nodes == "ALL":
+            continue
+        for position, node in enumerate(partition.nodes):
+            if node not in gpu_nodes and node not in gpu_groups:
+                reader.problem(f"{key}.nodes[{position}]",
+                               f"partition {partition.name!r} names unknown node {node!r}"
+                               f"{_suggest(node, sorted(gpu_nodes | gpu_groups))}; "
+                               "partitions take GPU node names or groups under gpu_nodes", defined.file)
+    if len(defaults) > 1:
+        reader.problem(defined.key, f"more than one default partition: {', '.join(defaults)}", defined.file)
+
+
+def _check_structure(reader: _Reader, members: dict[str, list[str]]) -> None:
+    for group in REQUIRED_GROUPS:
+        if group not in reader.parents:
+            reader.problem(f"all.children.{group}", f"missing group {group!r} (required groups: "
+                           f"{', '.join(REQUIRED_GROUPS)})")
+        elif not members[group]:
+            reader.problem(f"all.children.{group}", f"group {group!r} has no hosts")
+    if len(members.get("controller", [])) > 1:
+        reader.problem("all.children.controller",
+                       f"exactly one Slurm controller expected, found {', '.join(members['controller'])}")
+    grouped = {host for group, hosts in members.items() if group != "all" for host in hosts}
+    for host in reader.direct_hosts.get("all", []):
+        if host not in grouped:
+            reader.problem(reader.host_keys[host], f"host {host!r} is in no group: put it under one of "
+                           f"{', '.join(KNOWN_GROUPS)}")
+    by_lower: dict[str, str] = {}
+    for host in reader.host_keys:
+        other = by_lower.setdefault(host.lower(), host)
+        if other != host:
+            reader.problem(reader.host_keys[host], f"duplicate host: {host!r} and {other!r} differ only in case "
+                           "(host names are case-insensitive in DNS and Slurm)")
+
+
+def _check_addresses(hostvars: dict[str, dict[str, Defined]], reader: _Reader) -> None:
+    by_address: dict[str, str] = {}
+    for host, variables in hostvars.items():
+        defined = variables.get("ansible_host")
+        if defined is None:
+            continue
+        other = by_address.setdefault(str(defined.value), host)
+        if other != host:
+            reader.problem(defined.key, f"duplicate host: {host!r} has the same address {defined.value} as "
+                           f"{other!r}", defined.file)
+
+
+def load_inventory(name_or_path: str) -> Inventory:
+    """Load and validate an inventory; raise InputError listing every problem found."""
+    directory = resolve_inventory_dir(name_or_path)
+    hosts_file = next((directory / n for n in ("hosts.yml", "hosts.yaml") if (directory / n).is_file()), None)
+    if hosts_file is None:
+        raise InputError([InputProblem(_display(directory), "", "no hosts.yml in this inventory directory")])
+    reader = _Reader(hosts_display=_display(hosts_file))
+    reader.read_root(load_yaml(hosts_file, reader.hosts_display))
+    if reader.problems:
+        raise InputError(reader.problems)
+
+    members = _members(reader)
+    file_groups = _read_var_files(directory / "group_vars", set(reader.parents), "group", reader)
+    file_hosts = _read_var_files(directory / "host_vars", set(reader.host_keys), "host", reader)
+    _check_structure(reader, members)
+    _check_definitions([*reader.group_vars.values(), *reader.host_vars.values(), *file_groups.values(),
+                        *file_hosts.values()], reader)
+
+    merged = {host: _merged_host_vars(host, reader, file_groups, file_hosts) for host in reader.host_keys}
+    _check_addresses(merged, reader)
+
+    cluster_defined = {**reader.group_vars.get("all", {}), **file_groups.get("all", {})}
+    cluster = ClusterVars()
+    try:
+        cluster = ClusterVars.model_validate({k: d.value for k, d in cluster_defined.items()})
+    except ValidationError as error:
+        reader.problems.extend(_pydantic_problems(error, cluster_defined, (reader.hosts_display, "all.vars"), ""))
+    else:
+        _check_partitions(cluster, cluster_defined, members, reader)
+
+    gpu_nodes: dict[str, GpuNodeVars] = {}
+    for host in members.get("gpu_nodes", []):
+        variables = merged[host]
+        try:
+            gpu_nodes[host] = GpuNodeVars.model_validate({k: d.value for k, d in variables.items()})
+        except ValidationError as error:
+            hint = (f"every GPU node needs gpu_count and gpu_model (on the host, in host_vars/{host}.yml or in "
+                    "group_vars/gpu_nodes.yml)")
+            reader.problems.extend(
+                _pydantic_problems(error, variables, (reader.hosts_display, reader.host_keys[host]), hint))
+
+    if reader.problems:
+        raise InputError(reader.problems)
+    return Inventory(
+        name=directory.name,
+        directory=directory,
+        hosts_file=hosts_file,
+        groups={g: hosts for g, hosts in members.items() if g != "all"},
+        hostvars={host: {k: d.value for k, d in variables.items()} for host, variables in merged.items()},
+        cluster=cluster,
+        gpu_nodes=gpu_nodes,
+    )

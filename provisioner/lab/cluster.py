@@ -1,0 +1,315 @@
+"""The local lab: a controller and N GPU-node containers running systemd, reached over SSH.
+
+Ansible reaches the lab exactly as it reaches real nodes: SSH with a key the lab generates,
+host keys recorded in a known_hosts file (strict checking), an unprivileged `provision`
+user and `become`. Every Docker object the lab creates carries the label `provision.lab`;
+the lab only ever touches objects with that label.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from provisioner.inventory import PROJECT_ROOT
+from provisioner.lab import state as hw_state
+from provisioner.lab.engine import EngineError, docker, ensure_engine
+from provisioner.lab.images import NODE_IMAGE, build_node_image
+
+LABEL = "provision.lab"
+NETWORK = "provision-lab"
+SHARED_VOLUME = "provision-lab-shared"
+CONTAINER_PREFIX = "provision-lab-"
+CONTROLLER = "ctl01"
+LAB_USER = "provision"
+GPU_MAJOR = 195
+NVIDIACTL_MINOR = 255
+
+
+def lab_dir() -> Path:
+    return Path(os.environ.get("PROVISION_LAB_DIR", PROJECT_ROOT / ".lab"))
+
+
+def lab_inventory_dir() -> Path:
+    return Path(os.environ.get("PROVISION_LAB_INVENTORY", PROJECT_ROOT / "inventory" / "lab"))
+
+
+def gpu_node_name(number: int) -> str:
+    return f"gpu{number:02d}"
+
+
+def container_name(node: str) -> str:
+    return CONTAINER_PREFIX + node
+
+
+def node_dir(node: str) -> Path:
+    return lab_dir() / "nodes" / node
+
+
+def node_hw_dir(node: str) -> Path:
+    """The folder holding `node`'s simulated hardware state (mounted at /var/lib/lab-hw)."""
+    return node_dir(node) / "hw"
+
+
+@dataclass
+class NodeStatus:
+    name: str
+    container: str
+    role: str
+    state: str
+    address: str | None
+    ssh: bool | None = None
+
+
+def _ssh_keygen(path: Path, comment: str) -> None:
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
+
+
+def _ssh_args(address: str) -> list[str]:
+    directory = lab_dir()
+    return [
+        "ssh", "-i", str(directory / "ssh" / "id_ed25519"), "-o", f"UserKnownHostsFile={directory / 'known_hosts'}",
+        "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+        f"{LAB_USER}@{address}",
+    ]
+
+
+def ssh_reachable(address: str) -> bool:
+    result = subprocess.run([*_ssh_args(address), "sudo", "-n", "true"], capture_output=True, check=False,
+                            timeout=30)
+    return result.returncode == 0
+
+
+def _labelled(kind: str) -> list[str]:
+    command = {"container": ["ps", "-a"], "network": ["network", "ls"], "volume": ["volume", "ls"]}[kind]
+    result = docker(*command, "--filter", f"label={LABEL}", "--format", "{{.Names}}" if kind == "container"
+                    else "{{.Name}}")
+    return [name for name in result.stdout.split() if name]
+
+
+def _inspect(container: str) -> dict | None:
+    result = docker("inspect", container, check=False)
+    if result.returncode != 0:
+        return None
+    return json.loads(result.stdout)[0]
+
+
+def _address(details: dict) -> str | None:
+    network = details.get("NetworkSettings", {}).get("Networks", {}).get(NETWORK)
+    return (network or {}).get("IPAddress") or None
+
+
+def _prepare_node_files(node: str, number: int, gpus: int, reset_state: bool) -> None:
+    ssh_dir = node_dir(node) / "ssh"
+    _ssh_keygen(ssh_dir / "ssh_host_ed25519_key", f"host key of lab node {node}")
+    public_key = (lab_dir() / "ssh" / "id_ed25519.pub").read_text()
+    (ssh_dir / "authorized_keys").write_text(public_key)
+    os.chmod(ssh_dir / "authorized_keys", 0o644)
+    hw = node_hw_dir(node)
+    if reset_state or not (hw / hw_state.STATE_FILE_NAME).exists():
+        hw_state.write_state(hw, hw_state.default_node_state(number, gpus))
+
+
+def _create_container(node: str, role: str, gpus: int) -> None:
+    docker(
+        "run", "--detach", "--name", container_name(node), "--hostname", node,
+        "--network", NETWORK, "--network-alias", node,
+        "--label", f"{LABEL}=node", "--label", f"{LABEL}.role={role}", "--label", f"{LABEL}.gpus={gpus}",
+        "--privileged", "--cgroupns=host", "--volume", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+        "--tmpfs", "/run", "--tmpfs", "/run/lock",
+        "--volume", f"{SHARED_VOLUME}:/shared",
+        "--volume", f"{node_dir(node) / 'ssh'}:/etc/ssh/lab:ro",
+        "--volume", f"{node_hw_dir(node)}:{hw_state.NODE_STATE_MOUNT}",
+        NODE_IMAGE, "/lib/systemd/systemd",
+    )
+
+
+def _wait_for_boot(node: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        result = docker("exec", container_name(node), "systemctl", "is-system-running", check=False, timeout=30)
+        state = result.stdout.strip()
+        if state in ("running", "degraded"):
+            return
+        time.sleep(1)
+    raise EngineError(f"lab node {node} did not finish booting within {timeout:.0f} s (systemd says {state!r})")
+
+
+def _create_gpu_devices(node: str, gpus: int) -> None:
+    """Fake GPU device files: character devices with the NVIDIA major number, as the driver makes them."""
+    script = "; ".join(
+        [f"[ -e /dev/nvidia{i} ] || mknod -m 0666 /dev/nvidia{i} c {GPU_MAJOR} {i}" for i in range(gpus)]
+        + [f"[ -e /dev/nvidiactl ] || mknod -m 0666 /dev/nvidiactl c {GPU_MAJOR} {NVIDIACTL_MINOR}"]
+    )
+    docker("exec", container_name(node), "sh", "-c", script)
+
+
+def _wanted_nodes(nodes: int) -> list[tuple[str, str, int]]:
+    return [(CONTROLLER, "controller", 0)] + [(gpu_node_name(n), "gpu", n) for n in range(1, nodes + 1)]
+
+
+def _known_hosts(addresses: dict[str, str]) -> None:
+    lines = []
+    for node, address in addresses.items():
+        key = (node_dir(node) / "ssh" / "ssh_host_ed25519_key.pub").read_text().split()
+        lines.append(f"{address},{node} {key[0]} {key[1]}")
+    (lab_dir() / "known_hosts").write_text("\n".join(lines) + "\n")
+
+
+def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
+    """Write inventory/lab/: hosts.yml (addresses, SSH settings) and group_vars."""
+    directory = lab_inventory_dir()
+    (directory / "group_vars").mkdir(parents=True, exist_ok=True)
+    gpu_hosts = {node: {"ansible_host": address} for node, address in addresses.items() if node != CONTROLLER}
+    hosts = {
+        "all": {
+            "vars": {
+                "ansible_user": LAB_USER,
+                "ansible_become": True,
+                "ansible_ssh_private_key_file": str(lab_dir() / "ssh" / "id_ed25519"),
+                "ansible_ssh_common_args": f"-o UserKnownHostsFile={lab_dir() / 'known_hosts'} "
+                                           "-o StrictHostKeyChecking=yes",
+            },
+            "children": {
+                "controller": {"hosts": {CONTROLLER: {"ansible_host": addresses[CONTROLLER]}}},
+                "monitoring": {"hosts": {CONTROLLER: None}},
+                "gpu_nodes": {"hosts": gpu_hosts},
+            },
+        }
+    }
+    header = "# Written by `provision lab up`; regenerated on every lab up. Do not edit.\n"
+    (directory / "hosts.yml").write_text(header + yaml.safe_dump(hosts, sort_keys=False))
+    cluster = {
+        "cluster_name": "lab",
+        "fabric": "infiniband",
+        "gpu_driver_version": hw_state.DEFAULT_DRIVER_VERSION,
+        "slurm_partitions": [
+            {"name": "gpu", "nodes": "ALL", "default": True},
+            {"name": "debug", "nodes": "ALL", "max_time": "0:30:00"},
+        ],
+        "nccl_env": {"NCCL_IB_TIMEOUT": 22, "NCCL_IB_RETRY_CNT": 7},
+    }
+    (directory / "group_vars" / "all.yml").write_text(header + yaml.safe_dump(cluster, sort_keys=False))
+    gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": 0}
+    (directory / "group_vars" / "gpu_nodes.yml").write_text(header + yaml.safe_dump(gpu_vars, sort_keys=False))
+    return directory
+
+
+def _write_config(nodes: int, gpus_per_node: int) -> None:
+    (lab_dir() / "lab.json").write_text(json.dumps({"nodes": nodes, "gpus_per_node": gpus_per_node}))
+
+
+def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = print,
+           reset_state: bool = True) -> list[NodeStatus]:
+    """Bring the lab up (reusing matching containers); returns each node's status."""
+    if nodes < 1 or not 1 <= gpus_per_node <= 16:
+        raise ValueError("the lab needs at least 1 GPU node and 1 to 16 GPUs per node")
+    directory = lab_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    log(ensure_engine(directory))
+    build_node_image(log)
+    _ssh_keygen(directory / "ssh" / "id_ed25519", "lab operator key")
+    if NETWORK not in _labelled("network"):
+        docker("network", "create", "--label", f"{LABEL}=network", NETWORK)
+    if SHARED_VOLUME not in _labelled("volume"):
+        docker("volume", "create", "--label", f"{LABEL}=volume", SHARED_VOLUME)
+
+    wanted = _wanted_nodes(nodes)
+    wanted_names = {container_name(node) for node, _, _ in wanted}
+    for leftover in set(_labelled("container")) - wanted_names:
+        log(f"removing lab container {leftover} (not part of a {nodes}-node lab)")
+        docker("rm", "--force", leftover)
+    image_id = docker("image", "inspect", "--format", "{{.Id}}", NODE_IMAGE).stdout.strip()
+
+    addresses: dict[str, str] = {}
+    for node, role, number in wanted:
+        gpus = gpus_per_node if role == "gpu" else 0
+        details = _inspect(container_name(node))
+        reusable = (
+            details is not None
+            and details["Image"] == image_id
+            and details["Config"]["Labels"].get(f"{LABEL}.gpus") == str(gpus)
+        )
+        if details is not None and not reusable:
+            docker("rm", "--force", container_name(node))
+        _prepare_node_files(node, number, gpus, reset_state=reset_state or not reusable)
+        if not reusable:
+            log(f"starting lab node {node}")
+            _create_container(node, role, gpus)
+        elif not details["State"]["Running"]:
+            docker("start", container_name(node))
+    for node, role, _number in wanted:
+        _wait_for_boot(node)
+        if role == "gpu":
+            _create_gpu_devices(node, gpus_per_node)
+        address = _address(_inspect(container_name(node)) or {})
+        if address is None:
+            raise EngineError(f"lab node {node} has no address on network {NETWORK}")
+        addresses[node] = address
+    _known_hosts(addresses)
+    _write_config(nodes, gpus_per_node)
+    inventory = write_lab_inventory(addresses, gpus_per_node)
+    log(f"inventory written: {inventory}")
+    statuses = lab_status(check_ssh=True)
+    unreachable = [status.name for status in statuses if not status.ssh]
+    if unreachable:
+        raise EngineError(f"lab nodes not reachable over SSH: {', '.join(unreachable)}")
+    return statuses
+
+
+def lab_status(check_ssh: bool = False) -> list[NodeStatus]:
+    statuses = []
+    for container in sorted(_labelled("container")):
+        details = _inspect(container)
+        if details is None:
+            continue
+        address = _address(details)
+        running = details["State"]["Running"]
+        status = NodeStatus(
+            name=container.removeprefix(CONTAINER_PREFIX),
+            container=container,
+            role=details["Config"]["Labels"].get(f"{LABEL}.role", "?"),
+            state="running" if running else details["State"]["Status"],
+            address=address,
+        )
+        if check_ssh and running and address:
+            status.ssh = ssh_reachable(address)
+        statuses.append(status)
+    return statuses
+
+
+def lab_down(log: Callable[[str], None] = print) -> None:
+    """Remove every lab container, the network, the shared volume and the lab inventory."""
+    from provisioner.lab.engine import engine_running
+
+    if engine_running():
+        for container in _labelled("container"):
+            log(f"removing {container}")
+            docker("rm", "--force", container)
+        for network in _labelled("network"):
+            docker("network", "rm", network)
+        for volume in _labelled("volume"):
+            docker("volume", "rm", "--force", volume)
+    inventory = lab_inventory_dir()
+    for path in sorted(inventory.rglob("*"), reverse=True) if inventory.exists() else []:
+        path.unlink() if path.is_file() else path.rmdir()
+    if inventory.exists():
+        inventory.rmdir()
+    nodes = lab_dir() / "nodes"
+    if nodes.exists():
+        subprocess.run(["rm", "-rf", str(nodes)], check=True)
+
+
+def status_as_dicts(statuses: list[NodeStatus]) -> list[dict]:
+    return [asdict(status) for status in statuses]

@@ -1,0 +1,61 @@
+"""One apply/certify at a time per inventory: an flock'ed lock file naming its holder.
+
+The kernel releases an flock when its holder dies, so a crashed run never leaves a lock
+that blocks the next one; the file's content only says who holds it now.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import json
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from provisioner.errors import LockHeldError
+
+LOCK_FILE_NAME = ".provision.lock"
+
+
+def _describe(holder: dict) -> str:
+    return (f"`provision {holder.get('command', '?')}` (pid {holder.get('pid', '?')} on "
+            f"{holder.get('host', '?')}, user {holder.get('user', '?')}, since {holder.get('since', '?')})")
+
+
+@contextmanager
+def inventory_lock(inventory_dir: Path, command: str) -> Iterator[Path]:
+    """Hold the inventory's lock for the duration of the block; raise LockHeldError if taken."""
+    path = inventory_dir / LOCK_FILE_NAME
+    handle = path.open("a+", encoding="utf-8")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            try:
+                holder = json.loads(handle.read() or "{}")
+            except ValueError:
+                holder = {}
+            raise LockHeldError(
+                f"inventory {inventory_dir} is locked by {_describe(holder)}; only one apply/certify may run "
+                f"against an inventory at a time (lock file: {path})"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({
+            "command": command, "pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(),
+            "since": datetime.now(UTC).isoformat(timespec="seconds"),
+        }))
+        handle.flush()
+        try:
+            yield path
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        handle.close()
