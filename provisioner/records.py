@@ -1,0 +1,71 @@
+"""Run records: `runs/<timestamp>-<command>/` with events, runner artifacts and summary.json."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from provisioner.inventory import PROJECT_ROOT
+from provisioner.redact import Redactor
+
+SUMMARY = "summary.json"
+EVENTS = "events.jsonl"
+
+
+def runs_dir(override: str | None = None) -> Path:
+    return Path(override or os.environ.get("PROVISION_RUNS_DIR") or PROJECT_ROOT / "runs")
+
+
+def new_record_dir(base: Path, command: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base.mkdir(parents=True, exist_ok=True)
+    candidate = base / f"{stamp}-{command}"
+    suffix = 1
+    while candidate.exists():
+        suffix += 1
+        candidate = base / f"{stamp}-{command}-{suffix}"
+    candidate.mkdir()
+    return candidate
+
+
+class EventLog:
+    """Appends redacted events as JSON lines."""
+
+    def __init__(self, path: Path, redactor: Redactor):
+        self._handle = path.open("a", encoding="utf-8")
+        self._redactor = redactor
+
+    def write(self, event: dict[str, Any]) -> None:
+        self._handle.write(json.dumps(self._redactor.data(event), default=str) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def write_summary(record: Path, summary: dict[str, Any], redactor: Redactor) -> Path:
+    path = record / SUMMARY
+    path.write_text(json.dumps(redactor.data(summary), indent=2, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def read_summary(record: Path) -> dict[str, Any]:
+    return json.loads((record / SUMMARY).read_text(encoding="utf-8"))
+
+
+def latest_record(base: Path, command: str, inventory_path: str) -> Path | None:
+    """The newest record of `command` run against the inventory at `inventory_path`."""
+    if not base.is_dir():
+        return None
+    candidates = sorted((p for p in base.iterdir() if (p / SUMMARY).is_file()), key=lambda p: p.name, reverse=True)
+    for record in candidates:
+        try:
+            summary = read_summary(record)
+        except ValueError:
+            continue
+        if summary.get("command") == command and summary.get("inventory_path") == inventory_path:
+            return record
+    return None
