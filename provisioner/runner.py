@@ -180,6 +180,7 @@ def _run_locked(request: RunRequest, console: Console) -> RunOutcome:
             progress.on_host_result(host, outcome, redactor.text(message))
         return False  # our redacted events.jsonl is the event store, not runner's raw job_events
 
+    (record / "runner").mkdir()
     with _Interrupt() as interrupt, progress:
         try:
             runner = ansible_runner.run(
@@ -200,6 +201,8 @@ def _run_locked(request: RunRequest, console: Console) -> RunOutcome:
                 suppress_env_files=True,
             )
             runner_status, runner_rc = runner.status, runner.rc
+        except Exception as error:  # still write the record, then say what broke
+            runner_status = f"error: {error}"
         finally:
             events.close()
             state.finish()

@@ -42,7 +42,7 @@ def load_yaml(path: Path, display: str) -> Any:
     except OSError as error:
         raise InputError([InputProblem(display, "", f"cannot read: {error.strerror}")]) from error
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+        return yaml.load(text, Loader=_StrictLoader)
     except _DuplicateKey as error:
         problem = InputProblem(
             display,

@@ -1,0 +1,172 @@
+"""The `provision` command line: parse arguments, call one function, map the result to an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from provisioner.errors import InputError, InputProblem, LockHeldError
+from provisioner.inventory import Inventory, load_inventory
+from provisioner.records import latest_record, read_summary, runs_dir
+from provisioner.runner import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunRequest, run_playbook
+
+console = Console()
+error_console = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+    parser.add_argument("--limit", "-l", help="only these hosts or groups (Ansible pattern)")
+    parser.add_argument("--tags", "-t", help="only these phases (comma-separated tags)")
+    parser.add_argument("--forks", type=int, help="parallel hosts (default from ansible.cfg)")
+    parser.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="provision", description="Provision and certify GPU training clusters.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    inventory = commands.add_parser("inventory", help="inventory commands")
+    inventory_commands = inventory.add_subparsers(dest="inventory_command", required=True)
+    validate = inventory_commands.add_parser("validate", help="validate an inventory; touches no host")
+    validate.add_argument("--inventory", "-i", required=True, help="inventory name or path")
+
+    apply = commands.add_parser("apply", help="run playbooks/site.yml against the inventory")
+    _add_run_options(apply)
+    apply.add_argument("--check", action="store_true", help="dry run: report what would change")
+    apply.add_argument("--diff", action="store_true", help="show file differences")
+    apply.add_argument("--retry-failed", action="store_true",
+                       help="rerun only the hosts that failed or were unreachable in the last apply")
+
+    check = commands.add_parser("check", help="drift check: site.yml in check mode with diff; exit 3 on drift")
+    _add_run_options(check)
+
+    lab = commands.add_parser("lab", help="the local lab of containers that act as cluster nodes")
+    lab_commands = lab.add_subparsers(dest="lab_command", required=True)
+    up = lab_commands.add_parser("up", help="build images (cached), start the controller and GPU nodes")
+    up.add_argument("--nodes", type=int, default=2, help="GPU nodes (default 2)")
+    up.add_argument("--gpus-per-node", type=int, default=8, help="fake GPUs per node (default 8)")
+    up.add_argument("--keep-state", action="store_true",
+                    help="keep the simulated hardware state of nodes that are reused")
+    lab_commands.add_parser("status", help="list the lab's nodes")
+    lab_commands.add_parser("down", help="remove the lab's containers, network, volume and inventory")
+    return parser
+
+
+def _print_problems(problems: list[InputProblem], what: str) -> None:
+    for problem in problems:
+        error_console.print(f"[red]error[/]: {problem}", highlight=False, soft_wrap=True)
+    count = len(problems)
+    error_console.print(f"{count} problem{'s' if count != 1 else ''} in {what}; nothing was run on any host",
+                        highlight=False)
+
+
+def _load(name: str) -> Inventory:
+    return load_inventory(name)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    inventory = _load(args.inventory)
+    gpus = sum(node.gpu_count for node in inventory.gpu_nodes.values())
+    console.print(f"inventory {inventory.name} ({inventory.hosts_file}) is valid: {len(inventory.hosts)} hosts, "
+                  f"{len(inventory.gpu_nodes)} GPU nodes, {gpus} GPUs", highlight=False)
+    return EXIT_OK
+
+
+def _retry_limit(inventory: Inventory, base: Path) -> str | None:
+    record = latest_record(base, "apply", str(inventory.directory.resolve()))
+    if record is None:
+        raise InputError([InputProblem(str(base), "", f"--retry-failed: no earlier apply on inventory "
+                                                      f"{inventory.name} is recorded here")])
+    summary = read_summary(record)
+    hosts = sorted(set(summary.get("hosts_failed", [])) | set(summary.get("hosts_unreachable", [])))
+    console.print(f"last apply: {record.name}; retrying {', '.join(hosts) if hosts else 'no host'}")
+    return ",".join(hosts) if hosts else None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    inventory = _load(args.inventory)
+    base = runs_dir(args.runs_dir)
+    command = args.command
+    limit = args.limit
+    if getattr(args, "retry_failed", False):
+        if limit:
+            raise InputError([InputProblem("command line", "--retry-failed", "cannot be combined with --limit")])
+        limit = _retry_limit(inventory, base)
+        if limit is None:
+            console.print("nothing to retry: the last apply had no failed or unreachable host")
+            return EXIT_OK
+    check = command == "check" or getattr(args, "check", False)
+    request = RunRequest(
+        command=command,
+        playbook="check.yml" if command == "check" else "site.yml",
+        inventory=inventory,
+        runs_dir=base,
+        limit=limit,
+        tags=args.tags,
+        check=check,
+        diff=command == "check" or getattr(args, "diff", False),
+        forks=args.forks,
+        argv=["provision", *sys.argv[1:]],
+    )
+    return run_playbook(request, console).exit_code
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    from provisioner.lab import cluster
+    from provisioner.lab.engine import EngineError
+
+    try:
+        if args.lab_command == "up":
+            statuses = cluster.lab_up(args.nodes, args.gpus_per_node, log=console.print,
+                                      reset_state=not args.keep_state)
+            _print_lab(statuses)
+            console.print(f"next: provision apply --inventory {cluster.lab_inventory_dir()}")
+        elif args.lab_command == "status":
+            statuses = cluster.lab_status(check_ssh=True)
+            if not statuses:
+                console.print("no lab is running (provision lab up)")
+                return EXIT_FAILED
+            _print_lab(statuses)
+            return EXIT_OK if all(s.ssh for s in statuses) else EXIT_FAILED
+        else:
+            cluster.lab_down(log=console.print)
+            console.print("lab removed")
+    except (EngineError, ValueError) as error:
+        error_console.print(f"[red]lab error[/]: {error}", highlight=False)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _print_lab(statuses: list) -> None:
+    table = Table(title="lab nodes", title_justify="left")
+    for column in ("node", "role", "state", "address", "ssh"):
+        table.add_column(column)
+    for status in statuses:
+        ssh = {True: "ok", False: "FAILED", None: "-"}[status.ssh]
+        table.add_row(status.name, status.role, status.state, status.address or "-", ssh)
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handlers = {"inventory": cmd_validate, "apply": cmd_run, "check": cmd_run, "lab": cmd_lab}
+    try:
+        return handlers[args.command](args)
+    except InputError as error:
+        what = f"inventory {getattr(args, 'inventory', '')}".strip()
+        _print_problems(error.problems, what)
+        return EXIT_BAD_INPUT
+    except LockHeldError as error:
+        error_console.print(f"[red]refused[/]: {error}", highlight=False, soft_wrap=True)
+        return EXIT_BAD_INPUT
+
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Inventory validation: every kind of bad input gets an error naming file, key and problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provisioner.cli import main
+from provisioner.errors import InputError
+from provisioner.inventory import load_inventory
+
+
+def _edit(path: Path, change) -> None:
+    document = yaml.safe_load(path.read_text())
+    change(document)
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def _problems(directory: Path) -> list[str]:
+    with pytest.raises(InputError) as caught:
+        load_inventory(str(directory))
+    return [str(problem) for problem in caught.value.problems]
+
+
+def _one(directory: Path, *fragments: str) -> str:
+    problems = _problems(directory)
+    matching = [p for p in problems if all(f in p for f in fragments)]
+    assert matching, f"no problem mentions {fragments}; got {problems}"
+    return matching[0]
+
+
+def test_example_inventory_is_valid():
+    inventory = load_inventory("example")
+    assert inventory.group("controller") == ["ctl01"]
+    assert inventory.group("gpu_nodes") == ["gpu01", "gpu02"]
+    assert inventory.gpu_nodes["gpu01"].gpu_count == 8
+    assert inventory.gpu_nodes["gpu02"].ib_hca_count == 8
+    assert inventory.cluster.fabric == "infiniband"
+    assert [p.name for p in inventory.cluster.slurm_partitions] == ["gpu", "debug", "h100"]
+
+
+def test_inventory_resolves_by_name_and_by_path(example_inventory: Path):
+    assert load_inventory("example").directory.name == "example"
+    assert load_inventory(str(example_inventory)).directory == example_inventory
+    assert load_inventory(str(example_inventory / "hosts.yml")).directory == example_inventory
+
+
+def test_unknown_inventory_is_named():
+    problem = _one(Path("no-such-inventory-xyz"), "no such inventory")
+    assert "no-such-inventory-xyz" in problem
+
+
+def test_yaml_syntax_error_names_file_and_line(example_inventory: Path):
+    hosts = example_inventory / "hosts.yml"
+    hosts.write_text(hosts.read_text() + "    broken: [unclosed\n")
+    _one(example_inventory, "hosts.yml", "YAML syntax error at line")
+
+
+def test_yaml_syntax_error_in_group_vars(example_inventory: Path):
+    (example_inventory / "group_vars" / "all.yml").write_text("fabric: infiniband\n  bad indent: 1\n")
+    _one(example_inventory, "group_vars/all.yml", "YAML syntax error")
+
+
+def test_unknown_group_is_named_with_a_suggestion(example_inventory: Path):
+    _edit(example_inventory / "hosts.yml",
+          lambda d: d["all"]["children"].__setitem__("gpu_node", {"hosts": {"gpu09": None}}))
+    problem = _one(example_inventory, "hosts.yml", "all.children.gpu_node", "unknown group")
+    assert "did you mean 'gpu_nodes'" in problem
+
+
+def test_missing_group(example_inventory: Path):
+    _edit(example_inventory / "hosts.yml", lambda d: d["all"]["children"].pop("monitoring"))
+    _one(example_inventory, "hosts.yml", "all.children.monitoring", "missing group 'monitoring'")
+
+
+def test_group_without_hosts(example_inventory: Path):
+    _edit(example_inventory / "hosts.yml", lambda d: d["all"]["children"].__setitem__("controller", {"hosts": {}}))
+    _one(example_inventory, "all.children.controller", "has no hosts")
+
+
+def test_two_controllers_are_refused(example_inventory: Path):
+    _edit(example_inventory / "hosts.yml",
+          lambda d: d["all"]["children"]["controller"]["hosts"].__setitem__("ctl02", {"ansible_host": "10.10.0.20"}))
+    _one(example_inventory, "all.children.controller", "exactly one Slurm controller")
+
+
+def test_host_in_no_group(example_inventory: Path):
+    _edit(example_inventory / "hosts.yml", lambda d: d["all"].__setitem__("hosts", {"stray01": None}))
+    _one(example_inventory, "hosts.yml", "all.hosts.stray01", "in no group")
+
+
+def test_duplicate_host_key_in_yaml(example_inventory: Path):
+    hosts = example_inventory / "hosts.yml"
+    text = hosts.read_text().replace(
+        "            gpu02:\n", "            gpu01:\n              ansible_host: 10.10.1.99\n            gpu02:\n")
+    hosts.write_text(text)
+    problem = _one(example_inventory, "hosts.yml", "gpu01", "defined twice")
+    assert "line" in problem
+
+
+def test_duplicate_host_address(example_inventory: Path):
+    _edit(example_inventory / "hosts.yml",
+          lambda d: d["all"]["children"]["gpu_nodes"]["children"]["h100"]["hosts"]["gpu02"]
+          .__setitem__("ansible_host", "10.10.1.11"))
+    _one(example_inventory, "gpu02.ansible_host", "duplicate host", "10.10.1.11", "gpu01")
+
+
+def test_duplicate_host_differing_in_case(example_inventory: Path):
+    _edit(example_inventory / "hosts.yml",
+          lambda d: d["all"]["children"]["gpu_nodes"]["children"]["h100"]["hosts"]
+          .__setitem__("GPU01", {"ansible_host": "10.10.1.50"}))
+    _one(example_inventory, "GPU01", "duplicate host", "differ only in case")
+
+
+def test_gpu_node_without_gpu_count(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "gpu_nodes.yml", lambda d: d.pop("gpu_count"))
+    problems = [p for p in _problems(example_inventory) if "gpu_count" in p]
+    assert len(problems) == 2  # gpu01 and gpu02
+    assert "hosts.yml: all.children.gpu_nodes.children.h100.hosts.gpu01.gpu_count: missing" in problems[0]
+
+
+def test_gpu_node_without_gpu_model_set_on_one_host(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "gpu_nodes.yml", lambda d: d.pop("gpu_model"))
+    _edit(example_inventory / "hosts.yml",
+          lambda d: d["all"]["children"]["gpu_nodes"]["children"]["h100"]["hosts"]["gpu01"]
+          .__setitem__("gpu_model", "H100-SXM5-80GB"))
+    problems = [p for p in _problems(example_inventory) if "gpu_model" in p]
+    assert len(problems) == 1 and "gpu02.gpu_model: missing" in problems[0]
+
+
+def test_gpu_count_of_wrong_type_names_the_defining_file(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "gpu_nodes.yml", lambda d: d.__setitem__("gpu_count", "eight"))
+    _one(example_inventory, "group_vars/gpu_nodes.yml: gpu_count", "integer", "eight")
+
+
+def test_partition_naming_unknown_node(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "all.yml",
+          lambda d: d["slurm_partitions"][1].__setitem__("nodes", ["gpu01", "gpu09"]))
+    problem = _one(example_inventory, "group_vars/all.yml: slurm_partitions[1].nodes[1]", "unknown node 'gpu09'")
+    assert "debug" in problem
+
+
+def test_partition_may_name_a_gpu_subgroup(example_inventory: Path):
+    inventory = load_inventory(str(example_inventory))
+    assert inventory.cluster.slurm_partitions[2].nodes == ["h100"]
+
+
+def test_two_default_partitions(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "all.yml",
+          lambda d: d["slurm_partitions"][1].__setitem__("default", True))
+    _one(example_inventory, "slurm_partitions", "more than one default partition")
+
+
+def test_version_pin_that_is_not_a_version(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "all.yml", lambda d: d.__setitem__("gpu_driver_version", "latest"))
+    _one(example_inventory, "group_vars/all.yml: gpu_driver_version", "'latest' is not an exact version")
+
+
+def test_version_pin_read_as_a_number(example_inventory: Path):
+    path = example_inventory / "group_vars" / "all.yml"
+    path.write_text(path.read_text().replace('cuda_version: "12.2"', "cuda_version: 12.2"))
+    _one(example_inventory, "group_vars/all.yml: cuda_version", "quoted string", "float")
+
+
+def test_version_pin_on_a_host(example_inventory: Path):
+    _edit(example_inventory / "hosts.yml",
+          lambda d: d["all"]["children"]["gpu_nodes"]["children"]["h100"]["hosts"]["gpu02"]
+          .__setitem__("hca_firmware_version", "28.x"))
+    _one(example_inventory, "hosts.yml: all.children.gpu_nodes.children.h100.hosts.gpu02.hca_firmware_version",
+         "'28.x' is not an exact version")
+
+
+def test_unknown_nccl_variable_is_a_typo_error(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "all.yml",
+          lambda d: d["nccl_env"].__setitem__("NCCL_IB_TIMOUT", 22))
+    problem = _one(example_inventory, "group_vars/all.yml: nccl_env.NCCL_IB_TIMOUT", "unknown NCCL variable")
+    assert "did you mean NCCL_IB_TIMEOUT" in problem
+
+
+def test_non_nccl_name_in_nccl_env(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "all.yml", lambda d: d["nccl_env"].__setitem__("IB_TIMEOUT", 22))
+    _one(example_inventory, "nccl_env.IB_TIMEOUT", "not an NCCL variable")
+
+
+def test_unknown_fabric(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "all.yml", lambda d: d.__setitem__("fabric", "omnipath"))
+    _one(example_inventory, "group_vars/all.yml: fabric", "'omnipath' is not allowed")
+
+
+def test_group_vars_file_for_unknown_group(example_inventory: Path):
+    (example_inventory / "group_vars" / "gpu_node.yml").write_text("gpu_count: 8\n")
+    _one(example_inventory, "group_vars/gpu_node.yml", "no group named 'gpu_node'", "gpu_nodes")
+
+
+def test_every_problem_is_reported_at_once(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "all.yml", lambda d: (
+        d.__setitem__("gpu_driver_version", "latest"), d["nccl_env"].__setitem__("NCCL_SOCKET_IFNAM", "eth0")))
+    problems = _problems(example_inventory)
+    assert any("gpu_driver_version" in p for p in problems)
+    assert any("NCCL_SOCKET_IFNAM" in p for p in problems)
+
+
+def test_cli_validate_exits_2_and_names_the_problem(example_inventory: Path, capsys):
+    _edit(example_inventory / "group_vars" / "all.yml", lambda d: d.__setitem__("gpu_driver_version", "latest"))
+    assert main(["inventory", "validate", "--inventory", str(example_inventory)]) == 2
+    err = capsys.readouterr().err
+    assert "group_vars/all.yml: gpu_driver_version" in err
+    assert "nothing was run on any host" in err
+
+
+def test_cli_validate_ok(capsys):
+    assert main(["inventory", "validate", "--inventory", "example"]) == 0
+    assert "is valid" in capsys.readouterr().out
+
+
+def test_apply_on_a_bad_inventory_exits_2_and_writes_no_record(example_inventory: Path, tmp_path: Path, capsys):
+    _edit(example_inventory / "hosts.yml", lambda d: d["all"]["children"].pop("controller"))
+    assert main(["apply", "--inventory", str(example_inventory)]) == 2
+    assert "missing group 'controller'" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
