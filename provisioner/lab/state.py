@@ -80,3 +80,18 @@ def update_state(directory: Path, change: Callable[[dict[str, Any]], None]) -> d
     change(state)
     write_state(directory, state)
     return state
+
+
+def main() -> None:
+    """`python -m provisioner.lab.state --gpus N [--node K]`: print a healthy node's state as JSON."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--node", type=int, default=1)
+    args = parser.parse_args()
+    print(json.dumps(default_node_state(args.node, args.gpus), indent=2))
+
+
+if __name__ == "__main__":
+    main()
