@@ -1,0 +1,185 @@
+"""The lab end to end: real Ansible over SSH into systemd containers with simulated GPUs."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.lab import cluster
+from provisioner.lab.state import update_state
+from provisioner.records import read_summary
+
+from .conftest import LAB_GPUS, node_exec
+
+pytestmark = pytest.mark.lab
+LAB = "lab"
+
+
+def last_summary(tmp_path: Path) -> dict:
+    return read_summary(sorted((tmp_path / "runs").iterdir())[-1])
+
+
+def events_of(tmp_path: Path) -> list[dict]:
+    record = sorted((tmp_path / "runs").iterdir())[-1]
+    return [json.loads(line) for line in (record / "events.jsonl").read_text().splitlines()]
+
+
+def test_lab_status_shows_every_node_reachable(lab, capsys):
+    assert main(["lab", "status"]) == 0
+    out = capsys.readouterr().out
+    for node in ("ctl01", "gpu01", "gpu02"):
+        assert re.search(rf"{node}\s.*running.*ok", out), out
+
+
+def test_lab_nodes_run_systemd_and_have_fake_gpu_devices(lab):
+    assert node_exec("gpu01", "systemctl", "is-system-running").stdout.strip() in ("running", "degraded")
+    listing = node_exec("gpu01", "sh", "-c", "ls /dev/nvidia[0-9]*").stdout.split()
+    assert len(listing) == LAB_GPUS
+    stat = node_exec("gpu01", "stat", "-c", "%F %t", "/dev/nvidia0").stdout.strip()
+    assert stat == "character special file c3"  # major 195, as the NVIDIA driver makes them
+    assert node_exec("ctl01", "sh", "-c", "ls /dev/nvidia0").returncode != 0
+
+
+def test_shared_volume_is_seen_by_every_node(lab):
+    assert node_exec("gpu01", "sh", "-c", "echo from-gpu01 > /shared/probe").returncode == 0
+    assert node_exec("gpu02", "cat", "/shared/probe").stdout.strip() == "from-gpu01"
+
+
+def test_ssh_is_strict_and_key_based(lab):
+    lab_dir = cluster.lab_dir()
+    known = (lab_dir / "known_hosts").read_text()
+    assert all(f"{lab[node]},{node} ssh-ed25519" in known for node in lab)
+    wrong_key = subprocess.run(
+        ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o",
+         f"UserKnownHostsFile={lab_dir / 'known_hosts'}", "-o", "IdentitiesOnly=yes", "-i", "/dev/null",
+         f"provision@{lab['gpu01']}", "true"], capture_output=True, text=True, timeout=30)
+    assert wrong_key.returncode != 0 and "Permission denied" in wrong_key.stderr
+
+
+def test_nvidia_smi_list_and_csv_formats(lab):
+    listing = node_exec("gpu01", "nvidia-smi", "-L").stdout.splitlines()
+    assert len(listing) == LAB_GPUS
+    assert all(re.fullmatch(r"GPU \d+: NVIDIA H100 80GB HBM3 \(UUID: GPU-[0-9a-f-]+\)", line) for line in listing)
+    csv = node_exec("gpu01", "nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
+                    "--format=csv").stdout.splitlines()
+    assert csv[0] == "index, name, memory.total [MiB], driver_version"
+    assert csv[1] == "0, NVIDIA H100 80GB HBM3, 81559 MiB, 535.161.08"
+    bare = node_exec("gpu01", "nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits")
+    assert bare.stdout.splitlines()[0] == "81559"
+    wrong = node_exec("gpu01", "nvidia-smi", "--query-gpu=bogus", "--format=csv")
+    assert wrong.returncode == 2 and 'Field "bogus" is not a valid field to query.' in wrong.stdout
+
+
+def _outline(text: str) -> set[tuple[int, str]]:
+    """(indent, label) of every line of an `nvidia-smi -q` report, values dropped."""
+    outline = set()
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("GPU ") or line.startswith("="):
+            continue
+        indent = (len(line) - len(line.lstrip(" "))) // 4
+        outline.add((indent, line.split(":")[0].strip()))
+    return outline
+
+
+def test_nvidia_smi_q_follows_the_real_layout(lab, shared_fixtures: Path):
+    real = (shared_fixtures / "nvidia-smi" / "nvidia-smi-q_h100x8_535.161.08.txt").read_text()
+    ours = node_exec("gpu01", "nvidia-smi", "-q").stdout
+    missing = _outline(ours) - _outline(real)
+    assert missing == set(), f"lines the real H100 report does not have: {sorted(missing)}"
+    assert "Driver Version                            : 535.161.08" in ours
+    assert ours.count("\nGPU 00000000:") == LAB_GPUS
+    assert len(re.findall(r"^ {4}ECC Errors$", ours, re.M)) == LAB_GPUS
+
+
+def test_nvidia_smi_reads_the_node_state_on_every_call(healthy_lab):
+    def inject(state):
+        state["driver_version"] = "550.54.15"
+        state["gpus"][3]["ecc_errors"]["volatile"]["dram_uncorrectable"] = 2
+
+    update_state(cluster.node_hw_dir("gpu02"), inject)
+    out = node_exec("gpu02", "nvidia-smi", "--query-gpu=index,driver_version,ecc.errors.uncorrected.volatile.total",
+                    "--format=csv,noheader").stdout.splitlines()
+    assert out[3] == "3, 550.54.15, 2"
+    assert node_exec("gpu01", "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").stdout \
+        .splitlines()[0] == "535.161.08"
+
+
+def test_apply_succeeds_and_a_second_apply_changes_nothing(healthy_lab, tmp_path: Path):
+    assert main(["apply", "--inventory", LAB]) == 0
+    first = last_summary(tmp_path)
+    assert set(first["hosts"]) == {"ctl01", "gpu01", "gpu02"}
+    assert first["phases"]["preflight"]["tasks"] > 10
+    assert main(["apply", "--inventory", LAB]) == 0
+    second = last_summary(tmp_path)
+    assert second["totals"]["changed"] == 0 and second["totals"]["ok"] == 3
+    fact = json.loads(node_exec("gpu01", "cat", "/etc/ansible/facts.d/provision_host.fact").stdout)
+    assert fact["gpus"]["expected"] == LAB_GPUS and len(fact["gpus"]["found"]) == LAB_GPUS
+    assert fact["os"] == "Debian 12" and fact["cluster"] == "lab"
+
+
+def test_become_is_used_over_an_unprivileged_ssh_user(lab, tmp_path: Path):
+    assert main(["apply", "--inventory", LAB, "--limit", "gpu01"]) == 0
+    owner = node_exec("gpu01", "stat", "-c", "%U", "/etc/ansible/facts.d/provision_host.fact").stdout.strip()
+    assert owner == "root"
+    assert node_exec("gpu01", "id", "-u", "provision").stdout.strip() != "0"
+
+
+def test_limited_run_still_gathers_facts_from_every_host(lab, tmp_path: Path):
+    assert main(["apply", "--inventory", LAB, "--limit", "gpu01"]) == 0
+    summary = last_summary(tmp_path)
+    assert set(summary["hosts"]) == {"gpu01"}
+    gathered = {
+        event["event_data"]["res"]["item"]
+        for event in events_of(tmp_path)
+        if event["event"] == "runner_item_on_ok"
+        and event["event_data"]["task"] == "Preflight | Gather facts from the hosts outside a limited run"
+        and "ansible_facts" in event["event_data"]["res"]
+    }
+    assert gathered == {"ctl01", "gpu02"}
+
+
+def test_missing_gpu_fails_that_node_only_and_retry_failed_reruns_it(healthy_lab, tmp_path: Path):
+    update_state(cluster.node_hw_dir("gpu02"), lambda state: state["gpus"].pop())
+    assert main(["apply", "--inventory", LAB]) == 1
+    summary = last_summary(tmp_path)
+    assert summary["hosts_failed"] == ["gpu02"]
+    assert summary["hosts"]["gpu01"]["status"] == "ok" and summary["hosts"]["ctl01"]["status"] == "ok"
+    message = summary["hosts"]["gpu02"]["failures"][0]["message"]
+    assert "gpu02: the inventory declares 8 x H100-SXM5-80GB, nvidia-smi lists 7 GPU(s)" in message
+
+    update_state(cluster.node_hw_dir("gpu02"), lambda state: state["gpus"].append(dict(state["gpus"][0], index=7)))
+    assert main(["apply", "--inventory", LAB, "--retry-failed"]) == 0
+    retry = last_summary(tmp_path)
+    assert retry["limit"] == "gpu02" and set(retry["hosts"]) == {"gpu02"}
+
+
+def test_unreachable_node_is_named_and_the_others_complete(lab, tmp_path: Path):
+    subprocess.run(["docker", "stop", "--time", "1", cluster.container_name("gpu02")], check=True,
+                   capture_output=True)
+    try:
+        assert main(["apply", "--inventory", LAB]) == 1
+        summary = last_summary(tmp_path)
+        assert summary["hosts_unreachable"] == ["gpu02"]
+        assert summary["hosts"]["gpu01"]["status"] == "ok" and summary["hosts"]["ctl01"]["status"] == "ok"
+        assert summary["hosts"]["gpu02"]["failures"][0]["message"]
+    finally:
+        cluster.lab_up(2, LAB_GPUS, log=lambda message: None, reset_state=False)
+    assert main(["apply", "--inventory", LAB, "--retry-failed"]) == 0
+
+
+def test_check_finds_no_drift_after_apply_then_names_a_drifted_node(lab, tmp_path: Path, capsys):
+    assert main(["apply", "--inventory", LAB]) == 0
+    assert main(["check", "--inventory", LAB]) == 0
+    node_exec("gpu01", "sh", "-c", "echo '{}' > /etc/ansible/facts.d/provision_host.fact")
+    capsys.readouterr()
+    assert main(["check", "--inventory", LAB]) == 3
+    summary = last_summary(tmp_path)
+    assert {change["host"] for change in summary["changes"]} == {"gpu01"}
+    assert "gpu01" in capsys.readouterr().out.split("what would change")[1]
+    assert main(["apply", "--inventory", LAB]) == 0
+    assert main(["check", "--inventory", LAB]) == 0
