@@ -125,6 +125,7 @@ def _create_container(node: str, role: str, gpus: int) -> None:
         "run", "--detach", "--name", container_name(node), "--hostname", node,
         "--network", NETWORK, "--network-alias", node,
         "--label", f"{LABEL}=node", "--label", f"{LABEL}.role={role}", "--label", f"{LABEL}.gpus={gpus}",
+        "--label", f"{LABEL}.dir={lab_dir()}",
         "--privileged", "--cgroupns=host", "--volume", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
         "--tmpfs", "/run", "--tmpfs", "/run/lock",
         "--volume", f"{SHARED_VOLUME}:/shared",
@@ -240,8 +241,10 @@ def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = 
             details is not None
             and details["Image"] == image_id
             and details["Config"]["Labels"].get(f"{LABEL}.gpus") == str(gpus)
+            and details["Config"]["Labels"].get(f"{LABEL}.dir") == str(lab_dir())
         )
         if details is not None and not reusable:
+            log(f"replacing lab container {container_name(node)} (made for another image, size or lab folder)")
             docker("rm", "--force", container_name(node))
         _prepare_node_files(node, number, gpus, reset_state=reset_state or not reusable)
         if not reusable:
