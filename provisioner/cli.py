@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from rich.table import Table
 
 from provisioner.errors import InputError, InputProblem, LockHeldError
 from provisioner.inventory import Inventory, load_inventory
+from provisioner.parsers import PARSERS, ParseError
 from provisioner.records import latest_record, read_summary, runs_dir
 from provisioner.runner import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunRequest, run_playbook
 
@@ -44,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="drift check: site.yml in check mode with diff; exit 3 on drift")
     _add_run_options(check)
+
+    inspect = commands.add_parser("inspect", help="parse a vendor tool's output and print its facts as JSON")
+    inspect.add_argument("kind", choices=sorted(PARSERS), help="which tool printed the file")
+    inspect.add_argument("file", help="the tool's output ('-' for standard input)")
 
     lab = commands.add_parser("lab", help="the local lab of containers that act as cluster nodes")
     lab_commands = lab.add_subparsers(dest="lab_command", required=True)
@@ -116,6 +122,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_playbook(request, console).exit_code
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8", errors="replace")
+    except OSError as error:
+        raise InputError([InputProblem(args.file, "", f"cannot read: {error.strerror}")]) from error
+    try:
+        facts = PARSERS[args.kind](text)
+    except ParseError as error:
+        error_console.print(f"{args.file}: {error}")
+        return EXIT_BAD_INPUT
+    print(json.dumps(facts, indent=2))
+    return EXIT_OK
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     from provisioner.lab import cluster
     from provisioner.lab.engine import EngineError
@@ -154,11 +174,12 @@ def _print_lab(statuses: list) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"inventory": cmd_validate, "apply": cmd_run, "check": cmd_run, "lab": cmd_lab}
+    handlers = {"inventory": cmd_validate, "apply": cmd_run, "check": cmd_run, "inspect": cmd_inspect,
+                "lab": cmd_lab}
     try:
         return handlers[args.command](args)
     except InputError as error:
-        what = f"inventory {getattr(args, 'inventory', '')}".strip()
+        what = f"inventory {args.inventory}" if getattr(args, "inventory", None) else "the input"
         _print_problems(error.problems, what)
         return EXIT_BAD_INPUT
     except LockHeldError as error:
