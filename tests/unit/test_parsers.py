@@ -62,9 +62,9 @@ def test_nvidia_smi_sums_the_split_sram_dram_counters(shared_fixtures: Path):
     text = read(shared_fixtures, H100_Q)
     first_gpu_end = text.index("GPU 00000000:3B:00.0")
     head = text[:first_gpu_end]
-    head = head.replace("            SRAM Uncorrectable Parity     : 0", "            SRAM Uncorrectable Parity     : 2", 1)
-    head = head.replace("            DRAM Uncorrectable            : 0", "            DRAM Uncorrectable            : 3", 1)
-    head = head.replace("            DRAM Correctable              : 0", "            DRAM Correctable              : 5", 1)
+    for label, count in (("SRAM Uncorrectable Parity", 2), ("DRAM Uncorrectable", 3), ("DRAM Correctable", 5)):
+        line = f"            {label.ljust(30)}: "
+        head = head.replace(line + "0", line + str(count), 1)
     gpu = parse_nvidia_smi_q(head + text[first_gpu_end:])["gpus"][0]
     assert gpu["ecc_errors"]["volatile"] == {"correctable": 5, "uncorrectable": 5}
     assert gpu["ecc_errors"]["aggregate"] == {"correctable": 0, "uncorrectable": 0}
