@@ -46,7 +46,10 @@ systemctl mask getty@tty1.service console-getty.service systemd-udevd.service sy
   systemd-firstboot.service systemd-logind.service
 truncate -s 0 /etc/machine-id
 mkdir -p /var/lib/lab-hw /etc/ssh/lab
-install -m 0755 /tmp/standins/* /usr/bin/
+install -m 0755 /tmp/standins/lab-hw-tool /usr/local/sbin/lab-hw-tool
+for tool in ibstat ibv_devinfo mlxfwmanager mlxup flint mstflint; do
+  ln -s lab-hw-tool /usr/local/sbin/$tool
+done
 rm -rf /tmp/standins /tmp/node-setup.sh
 apt-get clean
 """

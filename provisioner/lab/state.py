@@ -17,7 +17,6 @@ STATE_FILE_NAME = "state.json"
 NODE_STATE_MOUNT = "/var/lib/lab-hw"
 
 DEFAULT_DRIVER_VERSION = "535.161.08"
-DEFAULT_CUDA_VERSION = "12.2"
 DEFAULT_GPU_NAME = "NVIDIA H100 80GB HBM3"
 DEFAULT_VBIOS = "96.00.74.00.0D"
 _BUS_NUMBERS = ("19", "3B", "4C", "5D", "9B", "BB", "CB", "DB")
@@ -53,11 +52,33 @@ def default_gpu(index: int, node_number: int) -> dict[str, Any]:
     }
 
 
-def default_node_state(node_number: int, gpu_count: int) -> dict[str, Any]:
+DEFAULT_HCA_FIRMWARE = "28.39.1002"
+CONNECTX7_PSID = "MT_0000000838"
+
+
+def default_hca(index: int, node_number: int) -> dict[str, Any]:
+    """A healthy simulated ConnectX-7 NDR (400 Gb/s) HCA with one InfiniBand port."""
+    guid = f"0x946dae0300{node_number:02x}{index:04x}"
     return {
-        "driver_version": DEFAULT_DRIVER_VERSION,
-        "cuda_version": DEFAULT_CUDA_VERSION,
+        "name": f"mlx5_{index}",
+        "ca_type": "MT4129",
+        "device_type": "ConnectX7",
+        "part_number": "MCX75310AAS-NEA_Ax",
+        "description": "NVIDIA ConnectX-7 HHHL Adapter card; 400GbE / NDR IB (default mode); Single-port OSFP",
+        "psid": CONNECTX7_PSID,
+        "pci": f"{0x1a + 0x10 * index:02x}:00.0",
+        "firmware_version": DEFAULT_HCA_FIRMWARE,
+        "image_version": DEFAULT_HCA_FIRMWARE,
+        "node_guid": guid,
+        "ports": [{"port": 1, "state": "Active", "physical_state": "LinkUp", "rate": 400,
+                   "link_layer": "InfiniBand", "base_lid": 10 * node_number + index, "sm_lid": 1}],
+    }
+
+
+def default_node_state(node_number: int, gpu_count: int, hca_count: int = 0) -> dict[str, Any]:
+    return {
         "gpus": [default_gpu(index, node_number) for index in range(gpu_count)],
+        "hcas": [default_hca(index, node_number) for index in range(hca_count)],
     }
 
 
@@ -88,9 +109,10 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--hcas", type=int, default=0)
     parser.add_argument("--node", type=int, default=1)
     args = parser.parse_args()
-    print(json.dumps(default_node_state(args.node, args.gpus), indent=2))
+    print(json.dumps(default_node_state(args.node, args.gpus, args.hcas), indent=2))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,43 @@
+"""Jinja filters that hand vendor-tool output and fleet facts to the provisioner package.
+
+Filters run on the control node, where the `provisioner` package is installed, so the
+parsers and the fleet comparison live in one place (the package) and are not copied into
+modules shipped to the nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner import fleet
+from provisioner.parsers import PARSERS, ParseError, parse_nvidia_smi_csv
+
+
+def parse_tool_output(text: str, kind: str) -> dict[str, Any]:
+    """`{{ result.stdout | parse_tool_output('nvidia-smi') }}`; raises on text of another tool."""
+    try:
+        return PARSERS[kind](text)
+    except ParseError as error:
+        raise ValueError(f"{kind}: {error}") from error
+
+
+def parse_nvidia_smi_query(text: str, fields: list[str] | None = None) -> dict[str, Any]:
+    return parse_nvidia_smi_csv(text, fields)
+
+
+def fleet_differences(facts_by_host: dict[str, dict[str, Any]], pins: dict[str, Any]) -> list[dict[str, str]]:
+    return fleet.differences(facts_by_host, pins)
+
+
+def fleet_table(rows: list[dict[str, str]]) -> str:
+    return fleet.table(rows)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "parse_tool_output": parse_tool_output,
+            "parse_nvidia_smi_query": parse_nvidia_smi_query,
+            "fleet_differences": fleet_differences,
+            "fleet_table": fleet_table,
+        }

@@ -1,0 +1,86 @@
+"""Fleet consistency: every node must run the pinned versions, or where nothing is pinned,
+the same versions as every other node. One cluster hung every few hours because three
+firmware revisions shipped across 16 nodes; this is the check that catches it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+# Components compared across the fleet: facts key -> (label, pin key)
+SCALAR_COMPONENTS = {
+    "driver": ("NVIDIA driver", "driver"),
+    "gpu_vbios": ("GPU VBIOS", "gpu_vbios"),
+    "rdma_core": ("rdma-core", "rdma_core"),
+    "ofed": ("MLNX_OFED/DOCA", "ofed"),
+}
+
+
+def _component_values(facts: dict[str, Any]) -> dict[str, Any]:
+    """Flatten one host's facts into component -> value (HCA firmware per PSID)."""
+    values = {key: facts.get(key) for key in SCALAR_COMPONENTS}
+    for psid, versions in (facts.get("hca_firmware") or {}).items():
+        values[f"hca_firmware:{psid}"] = versions
+    return values
+
+
+def _label(component: str) -> str:
+    if component.startswith("hca_firmware:"):
+        return f"HCA firmware ({component.split(':', 1)[1]})"
+    return SCALAR_COMPONENTS[component][0]
+
+
+def _pin(component: str, pins: dict[str, Any]) -> Any:
+    if component.startswith("hca_firmware:"):
+        return (pins.get("hca_firmware") or {}).get(component.split(":", 1)[1])
+    return pins.get(SCALAR_COMPONENTS[component][1])
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        return ", ".join(sorted({str(v) for v in value})) or "none"
+    return str(value)
+
+
+def differences(facts_by_host: dict[str, dict[str, Any]], pins: dict[str, Any]) -> list[dict[str, str]]:
+    """Rows {host, component, expected, found} for every host that differs.
+
+    A pinned component must equal its pin on every host (a host whose GPUs report several
+    VBIOS versions, or whose HCAs of one PSID carry several firmware versions, differs too).
+    An unpinned one must be the same on every host: hosts off the most common value differ;
+    with no single most common value, every host differs.
+    """
+    per_host = {host: _component_values(facts) for host, facts in facts_by_host.items()}
+    components = sorted({component for values in per_host.values() for component in values})
+    rows: list[dict[str, str]] = []
+    for component in components:
+        found = {host: _as_text(values.get(component)) for host, values in per_host.items()}
+        pin = _pin(component, pins)
+        if pin not in (None, ""):
+            expected_by_host = dict.fromkeys(found, str(pin))
+        else:
+            counts = Counter(found.values()).most_common()
+            if len(counts) <= 1:
+                continue
+            tie = len(counts) > 1 and counts[0][1] == counts[1][1]
+            expected = "one version fleet-wide" if tie else counts[0][0]
+            expected_by_host = dict.fromkeys(found, expected)
+        for host in sorted(found):
+            if found[host] != expected_by_host[host]:
+                rows.append({"host": host, "component": _label(component), "expected": expected_by_host[host],
+                             "found": found[host]})
+    return rows
+
+
+def table(rows: list[dict[str, str]]) -> str:
+    """A plain-text table of difference rows (for Ansible failure messages and logs)."""
+    if not rows:
+        return "every node matches"
+    headers = ("host", "component", "expected", "found")
+    widths = [max(len(h), *(len(row[h]) for row in rows)) for h in headers]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(row[h].ljust(w) for h, w in zip(headers, widths, strict=True)) for row in rows]
+    return "\n".join(line.rstrip() for line in lines)

@@ -1,0 +1,188 @@
+"""The lab's apt repository of stand-in NVIDIA packages, built with dpkg-deb.
+
+The packages carry the real names (nvidia-driver, nvidia-smi, nvidia-fabricmanager,
+datacenter-gpu-manager) at several versions, so that pinning, holding, upgrading and
+downgrading are done by real apt. The stand-in nvidia-smi of each driver package reports
+that package's version. Built into `.lab/apt/` (a flat repository: Packages, Release) and
+served on the lab network by a small HTTP container; Molecule scenarios use it as a
+file: repository.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+PACKAGES_DIR = Path(__file__).resolve().parent / "packages"
+REVISION = "1"
+# Driver versions the repository offers, with the CUDA version each driver reports.
+DRIVERS = {"535.161.08": "12.2", "550.54.15": "12.4"}
+DCGM_VERSIONS = ("1:3.3.9", "1:3.3.8")
+
+LOAD_MODULE = """#!/bin/sh
+# Lab stand-in for loading the nvidia kernel module: the first load after boot records the
+# installed driver's version as the loaded one. A later upgrade leaves the old module
+# loaded (nvidia-smi then reports a version mismatch) until the node reboots.
+set -e
+mkdir -p /run/nvidia-driver
+[ -e /run/nvidia-driver/loaded-version ] || cp /usr/lib/nvidia/driver-version /run/nvidia-driver/loaded-version
+"""
+
+MODULE_UNIT = """[Unit]
+Description=Load the NVIDIA kernel module (lab stand-in)
+DefaultDependencies=no
+After=local-fs.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/lib/nvidia/lab-load-module
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+FABRICMANAGER = """#!/bin/sh
+# Lab stand-in for NVIDIA Fabric Manager: refuses a driver of another version, as the real one does.
+loaded=$(cat /run/nvidia-driver/loaded-version 2>/dev/null || echo none)
+if [ "$loaded" != "@VERSION@" ]; then
+  echo "fabric manager @VERSION@ is not compatible with the loaded NVIDIA driver ($loaded)" >&2
+  exit 1
+fi
+exec sleep infinity
+"""
+
+SERVICE = """[Unit]
+Description={description}
+After=nvidia-lab-module.service
+
+[Service]
+ExecStart={command}
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+@dataclass
+class Deb:
+    """One stand-in package: control fields, files (path -> (content, mode)) and a postinst."""
+
+    name: str
+    version: str
+    description: str
+    depends: list[str] = field(default_factory=list)
+    files: dict[str, tuple[str, int]] = field(default_factory=dict)
+    postinst: str = ""
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}_{self.version.split(':')[-1]}_all.deb"
+
+
+def _packages() -> list[Deb]:
+    debs = []
+    nvidia_smi = (PACKAGES_DIR / "nvidia-smi").read_text()
+    dcgmi = (PACKAGES_DIR / "dcgmi").read_text()
+    for driver, cuda in DRIVERS.items():
+        version = f"{driver}-{REVISION}"
+        debs.append(Deb("nvidia-smi", version, "NVIDIA System Management Interface (lab stand-in)", files={
+            "/usr/bin/nvidia-smi": (nvidia_smi.replace("@DRIVER_VERSION@", driver).replace("@CUDA_VERSION@", cuda),
+                                    0o755)}))
+        debs.append(Deb(
+            "nvidia-driver", version, "NVIDIA driver metapackage (lab stand-in)", depends=[f"nvidia-smi (= {version})"],
+            files={"/usr/lib/nvidia/driver-version": (driver + "\n", 0o644),
+                   "/usr/lib/nvidia/lab-load-module": (LOAD_MODULE, 0o755),
+                   "/lib/systemd/system/nvidia-lab-module.service": (MODULE_UNIT, 0o644)},
+            postinst="#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n"
+                     "  systemctl enable nvidia-lab-module.service >/dev/null 2>&1 || true\n"
+                     "  /usr/lib/nvidia/lab-load-module\nfi\n"))
+        debs.append(Deb(
+            "nvidia-fabricmanager", version, "NVIDIA Fabric Manager for NVSwitch systems (lab stand-in)",
+            depends=[f"nvidia-driver (= {version})"],
+            files={"/usr/bin/nv-fabricmanager": (FABRICMANAGER.replace("@VERSION@", driver), 0o755),
+                   "/lib/systemd/system/nvidia-fabricmanager.service": (
+                       SERVICE.format(description="NVIDIA fabric manager service (lab stand-in)",
+                                      command="/usr/bin/nv-fabricmanager"), 0o644)}))
+    for dcgm in DCGM_VERSIONS:
+        debs.append(Deb(
+            "datacenter-gpu-manager", dcgm, "NVIDIA Data Center GPU Manager (lab stand-in)",
+            files={"/usr/bin/dcgmi": (dcgmi.replace("@DCGM_VERSION@", dcgm), 0o755),
+                   "/usr/bin/nv-hostengine": ("#!/bin/sh\nexec sleep infinity\n", 0o755),
+                   "/lib/systemd/system/nvidia-dcgm.service": (
+                       SERVICE.format(description="NVIDIA DCGM host engine (lab stand-in)",
+                                      command="/usr/bin/nv-hostengine"), 0o644)}))
+    return debs
+
+
+def recipe_hash() -> str:
+    digest = hashlib.sha256()
+    digest.update(Path(__file__).read_bytes())
+    for path in sorted(PACKAGES_DIR.iterdir()):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _build_deb(deb: Deb, pool: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="lab-deb-") as root_dir:
+        root = Path(root_dir)
+        (root / "DEBIAN").mkdir()
+        control = [f"Package: {deb.name}", f"Version: {deb.version}", "Architecture: all",
+                   "Maintainer: provision lab <lab@localhost>", "Section: non-free/libs", "Priority: optional"]
+        if deb.depends:
+            control.append(f"Depends: {', '.join(deb.depends)}")
+        control.append(f"Description: {deb.description}")
+        (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
+        if deb.postinst:
+            (root / "DEBIAN" / "postinst").write_text(deb.postinst)
+            (root / "DEBIAN" / "postinst").chmod(0o755)
+        for path, (content, mode) in deb.files.items():
+            target = root / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+            target.chmod(mode)
+        output = pool / deb.filename
+        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(output)], check=True,
+                       capture_output=True)
+        return output
+
+
+def _index_entry(deb: Deb, path: Path, relative: str) -> str:
+    content = path.read_bytes()
+    control = subprocess.run(["dpkg-deb", "--field", str(path)], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    return (f"{control}\nFilename: {relative}\nSize: {len(content)}\nMD5sum: {hashlib.md5(content).hexdigest()}\n"
+            f"SHA256: {hashlib.sha256(content).hexdigest()}\n")
+
+
+def build_apt_repo(directory: Path) -> Path:
+    """Build the repository into `directory` (once per recipe); return it."""
+    stamp = directory / f".recipe-{recipe_hash()}"
+    if stamp.exists():
+        return directory
+    if directory.exists():
+        shutil.rmtree(directory)
+    pool = directory / "pool"
+    pool.mkdir(parents=True)
+    entries = []
+    for deb in _packages():
+        path = _build_deb(deb, pool)
+        entries.append(_index_entry(deb, path, f"./pool/{path.name}"))
+    packages = "\n".join(entries)
+    (directory / "Packages").write_text(packages)
+    (directory / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
+    lines = ["Origin: provision-lab", "Label: provision-lab", "Suite: lab", "Codename: lab", "Architectures: all",
+             f"Date: {datetime.now(UTC).strftime('%a, %d %b %Y %H:%M:%S UTC')}", "SHA256:"]
+    for name in ("Packages", "Packages.gz"):
+        content = (directory / name).read_bytes()
+        lines.append(f" {hashlib.sha256(content).hexdigest()} {len(content)} {name}")
+    (directory / "Release").write_text("\n".join(lines) + "\n")
+    stamp.touch()
+    return directory
