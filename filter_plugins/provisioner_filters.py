@@ -29,6 +29,14 @@ def fleet_differences(facts_by_host: dict[str, dict[str, Any]], pins: dict[str, 
     return fleet.differences(facts_by_host, pins)
 
 
+def node_versions(nvidia_smi_q: str, mlxfwmanager_query: str, packages: dict, ofed_info: str) -> dict[str, Any]:
+    return fleet.node_versions(nvidia_smi_q, mlxfwmanager_query, packages, ofed_info)
+
+
+def fleet_facts(hostvars: Any, gpu_hosts: list[str], play_hosts: list[str]) -> dict[str, dict[str, Any]]:
+    return fleet.fleet_facts(hostvars, gpu_hosts, play_hosts)
+
+
 def fleet_table(rows: list[dict[str, str]]) -> str:
     return fleet.table(rows)
 
@@ -40,4 +48,6 @@ class FilterModule:
             "parse_nvidia_smi_query": parse_nvidia_smi_query,
             "fleet_differences": fleet_differences,
             "fleet_table": fleet_table,
+            "node_versions": node_versions,
+            "fleet_facts": fleet_facts,
         }

@@ -152,7 +152,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
                 console.print("no lab is running (provision lab up)")
                 return EXIT_FAILED
             _print_lab(statuses)
-            return EXIT_OK if all(s.ssh for s in statuses) else EXIT_FAILED
+            return EXIT_OK if all(s.ssh for s in statuses if s.role != "repo") else EXIT_FAILED
         else:
             cluster.lab_down(log=console.print)
             console.print("lab removed")

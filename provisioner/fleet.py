@@ -84,3 +84,57 @@ def table(rows: list[dict[str, str]]) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(row[h].ljust(w) for h, w in zip(headers, widths, strict=True)) for row in rows]
     return "\n".join(line.rstrip() for line in lines)
+
+
+NVIDIA_PACKAGES = ("nvidia-driver", "nvidia-smi", "nvidia-fabricmanager", "datacenter-gpu-manager",
+                   "datacenter-gpu-manager-4-core", "rdma-core", "mlnx-ofed-kernel-utils", "doca-ofed")
+
+
+def node_versions(nvidia_smi_q: str, mlxfwmanager_query: str, packages: dict[str, list[dict[str, Any]]],
+                  ofed_info: str) -> dict[str, Any]:
+    """One node's versions from its tools' output ('' where a tool is absent or failed)."""
+    from provisioner.parsers import ParseError, parse_mlxfwmanager, parse_nvidia_smi_q
+
+    driver, vbios = None, []
+    if nvidia_smi_q.strip():
+        try:
+            smi = parse_nvidia_smi_q(nvidia_smi_q)
+            driver = smi["driver_version"]
+            vbios = sorted({gpu["vbios_version"] for gpu in smi["gpus"] if gpu["vbios_version"]})
+        except ParseError:
+            pass
+    hca: dict[str, list[str]] = {}
+    if mlxfwmanager_query.strip():
+        try:
+            for device in parse_mlxfwmanager(mlxfwmanager_query)["devices"]:
+                if device["psid"] and device["firmware_current"]:
+                    hca.setdefault(device["psid"], [])
+                    if device["firmware_current"] not in hca[device["psid"]]:
+                        hca[device["psid"]].append(device["firmware_current"])
+        except ParseError:
+            pass
+    installed = {name: entries[0]["version"] for name, entries in (packages or {}).items()
+                 if name in NVIDIA_PACKAGES and entries}
+    return {
+        "driver": driver,
+        "gpu_vbios": vbios,
+        "hca_firmware": {psid: sorted(versions) for psid, versions in sorted(hca.items())},
+        "rdma_core": installed.get("rdma-core"),
+        "ofed": ofed_info.strip() or None,
+        "packages": dict(sorted(installed.items())),
+    }
+
+
+def fleet_facts(hostvars: dict[str, Any], gpu_hosts: list[str], play_hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """Versions per GPU node: fresh facts of the hosts in this play, and for the others (a
+    limited run) the versions they recorded at their last apply, when they have any."""
+    facts: dict[str, dict[str, Any]] = {}
+    for host in gpu_hosts:
+        variables = hostvars[host] if host in hostvars else {}
+        if host in play_hosts and "firmware_facts" in variables:
+            facts[host] = variables["firmware_facts"]
+        else:
+            recorded = (variables.get("ansible_local") or {}).get("provision_versions")
+            if isinstance(recorded, dict):
+                facts[host] = recorded
+    return facts

@@ -86,6 +86,7 @@ class RunState:
     phase_tasks: dict[str, int] = field(default_factory=dict)
     changes: list[dict[str, str]] = field(default_factory=list)
     stats_seen: bool = False
+    recorded: dict[str, Any] = field(default_factory=dict)
     _phase_started: float | None = None
 
     def host(self, name: str) -> HostResult:
@@ -149,6 +150,7 @@ class RunState:
         if kind != "playbook_on_stats":
             return None
         self.stats_seen = True
+        self.recorded = dict(data.get("artifact_data") or {})
         fields = {"ok": "ok", "changed": "changed", "failures": "failed", "dark": "unreachable",
                   "skipped": "skipped", "rescued": "rescued", "ignored": "ignored"}
         for source, target in fields.items():

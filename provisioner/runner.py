@@ -143,6 +143,8 @@ def _summary(request: RunRequest, state: RunState, started: datetime, duration: 
         "phases": {phase: {"duration_s": round(seconds, 3), "tasks": state.phase_tasks.get(phase, 0)}
                    for phase, seconds in state.phase_seconds.items()},
         "changes": state.changes if request.check else [],
+        # What the roles recorded with set_stats, e.g. provision_versions: the versions each node runs.
+        "recorded": state.recorded,
         "runner": {"status": runner_status, "rc": runner_rc},
         "interrupted": interrupted,
         "exit_code": exit_code,

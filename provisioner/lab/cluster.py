@@ -20,6 +20,7 @@ import yaml
 
 from provisioner.inventory import PROJECT_ROOT
 from provisioner.lab import state as hw_state
+from provisioner.lab.apt_repo import build_apt_repo
 from provisioner.lab.engine import EngineError, docker, ensure_engine
 from provisioner.lab.images import NODE_IMAGE, build_node_image
 
@@ -28,6 +29,9 @@ NETWORK = "provision-lab"
 SHARED_VOLUME = "provision-lab-shared"
 CONTAINER_PREFIX = "provision-lab-"
 CONTROLLER = "ctl01"
+REPO = "repo"
+REPO_PORT = 8080
+LAB_HCAS = 2
 LAB_USER = "provision"
 GPU_MAJOR = 195
 NVIDIACTL_MINOR = 255
@@ -109,6 +113,27 @@ def _address(details: dict) -> str | None:
     return (network or {}).get("IPAddress") or None
 
 
+def apt_repo_dir() -> Path:
+    return lab_dir() / "apt"
+
+
+def _start_repo(image_id: str, log: Callable[[str], None]) -> None:
+    """The lab's package mirror: an HTTP server over .lab/apt on the lab network (alias `repo`)."""
+    name = container_name(REPO)
+    details = _inspect(name)
+    reusable = (details is not None and details["Image"] == image_id and details["State"]["Running"]
+                and details["Config"]["Labels"].get(f"{LABEL}.dir") == str(lab_dir()))
+    if reusable:
+        return
+    if details is not None:
+        docker("rm", "--force", name)
+    log("starting the lab package repository")
+    docker("run", "--detach", "--name", name, "--hostname", REPO, "--network", NETWORK, "--network-alias", REPO,
+           "--label", f"{LABEL}=node", "--label", f"{LABEL}.role=repo", "--label", f"{LABEL}.dir={lab_dir()}",
+           "--volume", f"{apt_repo_dir()}:/srv/repo:ro", NODE_IMAGE,
+           "python3", "-m", "http.server", str(REPO_PORT), "--directory", "/srv/repo")
+
+
 def _prepare_node_files(node: str, number: int, gpus: int, reset_state: bool) -> None:
     ssh_dir = node_dir(node) / "ssh"
     _ssh_keygen(ssh_dir / "ssh_host_ed25519_key", f"host key of lab node {node}")
@@ -117,7 +142,7 @@ def _prepare_node_files(node: str, number: int, gpus: int, reset_state: bool) ->
     os.chmod(ssh_dir / "authorized_keys", 0o644)
     hw = node_hw_dir(node)
     if reset_state or not (hw / hw_state.STATE_FILE_NAME).exists():
-        hw_state.write_state(hw, hw_state.default_node_state(number, gpus))
+        hw_state.write_state(hw, hw_state.default_node_state(number, gpus, LAB_HCAS if gpus else 0))
 
 
 def _create_container(node: str, role: str, gpus: int) -> None:
@@ -195,6 +220,11 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "cluster_name": "lab",
         "fabric": "infiniband",
         "gpu_driver_version": hw_state.DEFAULT_DRIVER_VERSION,
+        "dcgm_version": "1:3.3.9",
+        # The lab's own package mirror (stand-in NVIDIA packages; unsigned, hence trusted=yes).
+        "gpu_driver_apt_repository": f"deb [trusted=yes] http://{REPO}:{REPO_PORT}/ ./",
+        "gpu_driver_apt_key_url": "",
+        "firmware_hca_versions": {hw_state.CONNECTX7_PSID: hw_state.DEFAULT_HCA_FIRMWARE},
         "slurm_partitions": [
             {"name": "gpu", "nodes": "ALL", "default": True},
             {"name": "debug", "nodes": "ALL", "max_time": "0:30:00"},
@@ -202,7 +232,7 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "nccl_env": {"NCCL_IB_TIMEOUT": 22, "NCCL_IB_RETRY_CNT": 7},
     }
     (directory / "group_vars" / "all.yml").write_text(header + yaml.safe_dump(cluster, sort_keys=False))
-    gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": 0}
+    gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": LAB_HCAS}
     (directory / "group_vars" / "gpu_nodes.yml").write_text(header + yaml.safe_dump(gpu_vars, sort_keys=False))
     return directory
 
@@ -227,11 +257,13 @@ def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = 
         docker("volume", "create", "--label", f"{LABEL}=volume", SHARED_VOLUME)
 
     wanted = _wanted_nodes(nodes)
-    wanted_names = {container_name(node) for node, _, _ in wanted}
+    wanted_names = {container_name(node) for node, _, _ in wanted} | {container_name(REPO)}
     for leftover in set(_labelled("container")) - wanted_names:
         log(f"removing lab container {leftover} (not part of a {nodes}-node lab)")
         docker("rm", "--force", leftover)
     image_id = docker("image", "inspect", "--format", "{{.Id}}", NODE_IMAGE).stdout.strip()
+    build_apt_repo(apt_repo_dir())
+    _start_repo(image_id, log)
 
     addresses: dict[str, str] = {}
     for node, role, number in wanted:
@@ -265,7 +297,7 @@ def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = 
     inventory = write_lab_inventory(addresses, gpus_per_node)
     log(f"inventory written: {inventory}")
     statuses = lab_status(check_ssh=True)
-    unreachable = [status.name for status in statuses if not status.ssh]
+    unreachable = [status.name for status in statuses if status.role != "repo" and not status.ssh]
     if unreachable:
         raise EngineError(f"lab nodes not reachable over SSH: {', '.join(unreachable)}")
     return statuses
@@ -286,7 +318,7 @@ def lab_status(check_ssh: bool = False) -> list[NodeStatus]:
             state="running" if running else details["State"]["Status"],
             address=address,
         )
-        if check_ssh and running and address:
+        if check_ssh and running and address and status.role != "repo":
             status.ssh = ssh_reachable(address)
         statuses.append(status)
     return statuses

@@ -68,10 +68,29 @@ def ensure_engine(log_dir: Path) -> str:
         command += [f"--add-runtime={WRAPPER_RUNTIME}={WRAPPER}", f"--default-runtime={WRAPPER_RUNTIME}"]
         note = " (with the runc wrapper: this host lacks CAP_SYS_RESOURCE)"
     log = (log_dir / "dockerd.log").open("ab")
-    subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if engine_running():
-            return f"Docker engine started{note}; log: {log_dir / 'dockerd.log'}"
-        time.sleep(1)
-    raise EngineError(f"dockerd did not answer within 90 s; see {log_dir / 'dockerd.log'}")
+    for _attempt in range(3):
+        _remove_stale_pid_file()
+        daemon = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and daemon.poll() is None:
+            if engine_running():
+                return f"Docker engine started{note}; log: {log_dir / 'dockerd.log'}"
+            time.sleep(1)
+        if daemon.poll() is None:
+            break
+        time.sleep(3)  # it exited at once: an engine that was stopping, or a stale pid file
+    raise EngineError(f"dockerd did not start; see {log_dir / 'dockerd.log'}")
+
+
+def _remove_stale_pid_file(path: Path = Path("/var/run/docker.pid")) -> None:
+    """A pid file left by a dockerd that was killed blocks the next start; remove it if its process is gone."""
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        path.unlink(missing_ok=True)
+    except PermissionError:
+        pass
