@@ -130,7 +130,7 @@ def fleet_facts(hostvars: dict[str, Any], gpu_hosts: list[str], play_hosts: list
     limited run) the versions they recorded at their last apply, when they have any."""
     facts: dict[str, dict[str, Any]] = {}
     for host in gpu_hosts:
-        variables = hostvars[host] if host in hostvars else {}
+        variables = hostvars.get(host, {})
         if host in play_hosts and "firmware_facts" in variables:
             facts[host] = variables["firmware_facts"]
         else:

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import default_node_state, write_state
 
@@ -17,16 +18,30 @@ LAB_GPUS = 8
 def lab() -> dict[str, str]:
     """A running lab; returns node name -> address. Fails (never skips) when the lab cannot start."""
     statuses = cluster.lab_up(LAB_NODES, LAB_GPUS, log=lambda message: None)
-    return {status.name: status.address for status in statuses}
+    return {status.name: status.address for status in statuses if status.role != "repo"}
+
+
+@pytest.fixture(scope="session")
+def provisioned_lab(lab: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The lab after one successful `provision apply` (drivers installed, versions recorded)."""
+    runs = tmp_path_factory.mktemp("provisioned-runs")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROVISION_RUNS_DIR", str(runs))
+        assert main(["apply", "--inventory", "lab"]) == 0
+    return lab
+
+
+def reset_hardware() -> None:
+    for number in range(1, LAB_NODES + 1):
+        node = cluster.gpu_node_name(number)
+        write_state(cluster.node_hw_dir(node), default_node_state(number, LAB_GPUS, cluster.LAB_HCAS))
 
 
 @pytest.fixture
-def healthy_lab(lab: dict[str, str]):
-    """The lab with every GPU node's simulated hardware reset to healthy after the test."""
-    yield lab
-    for number in range(1, LAB_NODES + 1):
-        node = cluster.gpu_node_name(number)
-        write_state(cluster.node_hw_dir(node), default_node_state(number, LAB_GPUS))
+def healthy_lab(provisioned_lab: dict[str, str]):
+    """The provisioned lab, every GPU node's simulated hardware reset to healthy after the test."""
+    yield provisioned_lab
+    reset_hardware()
 
 
 def node_exec(node: str, *command: str) -> subprocess.CompletedProcess[str]:

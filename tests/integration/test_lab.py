@@ -61,7 +61,7 @@ def test_ssh_is_strict_and_key_based(lab):
     assert wrong_key.returncode != 0 and "Permission denied" in wrong_key.stderr
 
 
-def test_nvidia_smi_list_and_csv_formats(lab):
+def test_nvidia_smi_list_and_csv_formats(provisioned_lab):
     listing = node_exec("gpu01", "nvidia-smi", "-L").stdout.splitlines()
     assert len(listing) == LAB_GPUS
     assert all(re.fullmatch(r"GPU \d+: NVIDIA H100 80GB HBM3 \(UUID: GPU-[0-9a-f-]+\)", line) for line in listing)
@@ -86,7 +86,7 @@ def _outline(text: str) -> set[tuple[int, str]]:
     return outline
 
 
-def test_nvidia_smi_q_follows_the_real_layout(lab, shared_fixtures: Path):
+def test_nvidia_smi_q_follows_the_real_layout(provisioned_lab, shared_fixtures: Path):
     real = (shared_fixtures / "nvidia-smi" / "nvidia-smi-q_h100x8_535.161.08.txt").read_text()
     ours = node_exec("gpu01", "nvidia-smi", "-q").stdout
     missing = _outline(ours) - _outline(real)
@@ -98,15 +98,22 @@ def test_nvidia_smi_q_follows_the_real_layout(lab, shared_fixtures: Path):
 
 def test_nvidia_smi_reads_the_node_state_on_every_call(healthy_lab):
     def inject(state):
-        state["driver_version"] = "550.54.15"
         state["gpus"][3]["ecc_errors"]["volatile"]["dram_uncorrectable"] = 2
 
     update_state(cluster.node_hw_dir("gpu02"), inject)
     out = node_exec("gpu02", "nvidia-smi", "--query-gpu=index,driver_version,ecc.errors.uncorrected.volatile.total",
                     "--format=csv,noheader").stdout.splitlines()
-    assert out[3] == "3, 550.54.15, 2"
-    assert node_exec("gpu01", "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").stdout \
-        .splitlines()[0] == "535.161.08"
+    assert out[3] == "3, 535.161.08, 2"
+    assert node_exec("gpu01", "nvidia-smi", "--query-gpu=ecc.errors.uncorrected.volatile.total",
+                     "--format=csv,noheader").stdout.splitlines()[3] == "0"
+
+
+def test_nvidia_smi_reports_the_installed_package_version(provisioned_lab):
+    installed = node_exec("gpu01", "dpkg-query", "-W", "-f=${Version}", "nvidia-smi").stdout
+    assert installed == "535.161.08-1"
+    held = node_exec("gpu01", "apt-mark", "showhold").stdout.split()
+    assert {"nvidia-driver", "nvidia-smi", "nvidia-fabricmanager", "datacenter-gpu-manager"} <= set(held)
+    assert node_exec("gpu01", "systemctl", "is-active", "nvidia-fabricmanager", "nvidia-dcgm").returncode == 0
 
 
 def test_apply_succeeds_and_a_second_apply_changes_nothing(healthy_lab, tmp_path: Path):
@@ -118,18 +125,22 @@ def test_apply_succeeds_and_a_second_apply_changes_nothing(healthy_lab, tmp_path
     second = last_summary(tmp_path)
     assert second["totals"]["changed"] == 0 and second["totals"]["ok"] == 3
     fact = json.loads(node_exec("gpu01", "cat", "/etc/ansible/facts.d/provision_host.fact").stdout)
-    assert fact["gpus"]["expected"] == LAB_GPUS and len(fact["gpus"]["found"]) == LAB_GPUS
+    assert fact["gpus"] == {"expected": LAB_GPUS, "model": "H100-SXM5-80GB"}
     assert fact["os"] == "Debian 12" and fact["cluster"] == "lab"
+    versions = second["recorded"]["provision_versions"]
+    assert set(versions) == {"gpu01", "gpu02"}
+    assert versions["gpu02"]["driver"] == "535.161.08"
+    assert versions["gpu02"]["hca_firmware"] == {"MT_0000000838": ["28.39.1002"]}
 
 
-def test_become_is_used_over_an_unprivileged_ssh_user(lab, tmp_path: Path):
+def test_become_is_used_over_an_unprivileged_ssh_user(provisioned_lab, tmp_path: Path):
     assert main(["apply", "--inventory", LAB, "--limit", "gpu01"]) == 0
     owner = node_exec("gpu01", "stat", "-c", "%U", "/etc/ansible/facts.d/provision_host.fact").stdout.strip()
     assert owner == "root"
     assert node_exec("gpu01", "id", "-u", "provision").stdout.strip() != "0"
 
 
-def test_limited_run_still_gathers_facts_from_every_host(lab, tmp_path: Path):
+def test_limited_run_still_gathers_facts_from_every_host(provisioned_lab, tmp_path: Path):
     assert main(["apply", "--inventory", LAB, "--limit", "gpu01"]) == 0
     summary = last_summary(tmp_path)
     assert set(summary["hosts"]) == {"gpu01"}
@@ -158,7 +169,7 @@ def test_missing_gpu_fails_that_node_only_and_retry_failed_reruns_it(healthy_lab
     assert retry["limit"] == "gpu02" and set(retry["hosts"]) == {"gpu02"}
 
 
-def test_unreachable_node_is_named_and_the_others_complete(lab, tmp_path: Path):
+def test_unreachable_node_is_named_and_the_others_complete(provisioned_lab, tmp_path: Path):
     subprocess.run(["docker", "stop", "--time", "1", cluster.container_name("gpu02")], check=True,
                    capture_output=True)
     try:
@@ -172,7 +183,7 @@ def test_unreachable_node_is_named_and_the_others_complete(lab, tmp_path: Path):
     assert main(["apply", "--inventory", LAB, "--retry-failed"]) == 0
 
 
-def test_check_finds_no_drift_after_apply_then_names_a_drifted_node(lab, tmp_path: Path, capsys):
+def test_check_finds_no_drift_after_apply_then_names_a_drifted_node(provisioned_lab, tmp_path: Path, capsys):
     assert main(["apply", "--inventory", LAB]) == 0
     assert main(["check", "--inventory", LAB]) == 0
     node_exec("gpu01", "sh", "-c", "echo '{}' > /etc/ansible/facts.d/provision_host.fact")
@@ -183,3 +194,53 @@ def test_check_finds_no_drift_after_apply_then_names_a_drifted_node(lab, tmp_pat
     assert "gpu01" in capsys.readouterr().out.split("what would change")[1]
     assert main(["apply", "--inventory", LAB]) == 0
     assert main(["check", "--inventory", LAB]) == 0
+
+
+def _hca_firmware(node: str, version: str, image: str | None = None):
+    def change(state):
+        for hca in state["hcas"]:
+            hca["firmware_version"] = version
+            if image is not None:
+                hca["image_version"] = image
+
+    update_state(cluster.node_hw_dir(node), change)
+
+
+def test_node_with_other_hca_firmware_fails_naming_it_and_both_versions(healthy_lab, tmp_path: Path, capsys):
+    _hca_firmware("gpu02", "28.37.1014")
+    assert main(["apply", "--inventory", LAB]) == 1
+    summary = last_summary(tmp_path)
+    assert summary["hosts_failed"] == ["gpu02"]
+    assert summary["hosts"]["gpu01"]["status"] == "ok"
+    failure = summary["hosts"]["gpu02"]["failures"][0]
+    assert failure["phase"] == "firmware"
+    assert "gpu02 differs from the fleet" in failure["message"]
+    assert "HCA firmware (MT_0000000838)" in failure["message"]
+    assert "28.39.1002" in failure["message"] and "28.37.1014" in failure["message"]
+
+
+def test_allowed_firmware_update_brings_the_node_in_line(healthy_lab, tmp_path: Path):
+    _hca_firmware("gpu02", "28.37.1014")
+    host_vars = cluster.lab_inventory_dir() / "host_vars"
+    host_vars.mkdir(exist_ok=True)
+    (host_vars / "gpu02.yml").write_text("firmware_update_allowed: true\n")
+    try:
+        assert main(["apply", "--inventory", LAB, "--limit", "gpu02"]) == 0
+    finally:
+        (host_vars / "gpu02.yml").unlink()
+        host_vars.rmdir()
+    query = node_exec("gpu02", "mlxfwmanager", "--query").stdout
+    assert "28.37.1014" not in query and "Update required" not in query
+    assert last_summary(tmp_path)["recorded"]["provision_versions"]["gpu02"]["hca_firmware"] == {
+        "MT_0000000838": ["28.39.1002"]}
+
+
+def test_check_reports_firmware_that_moved_since_the_apply(healthy_lab, tmp_path: Path):
+    assert main(["apply", "--inventory", LAB]) == 0
+    _hca_firmware("gpu01", "28.40.1000", image="28.40.1000")  # updated out of band
+    assert main(["check", "--inventory", LAB]) == 1
+    summary = last_summary(tmp_path)
+    assert summary["hosts_failed"] == ["gpu01"]
+    assert "28.40.1000" in summary["hosts"]["gpu01"]["failures"][0]["message"]
+    moved = [c for c in summary["changes"] if c["task"].startswith("Firmware | Record the versions")]
+    assert [c["host"] for c in moved] == ["gpu01"]
