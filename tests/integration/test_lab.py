@@ -244,3 +244,16 @@ def test_check_reports_firmware_that_moved_since_the_apply(healthy_lab, tmp_path
     assert "28.40.1000" in summary["hosts"]["gpu01"]["failures"][0]["message"]
     moved = [c for c in summary["changes"] if c["task"].startswith("Firmware | Record the versions")]
     assert [c["host"] for c in moved] == ["gpu01"]
+
+
+def test_dcgm_standin_prints_the_real_diag_format(healthy_lab):
+    from provisioner.parsers import parse_dcgmi_diag
+
+    assert "dcgmi  version: 3.3.9" in node_exec("gpu01", "dcgmi", "--version").stdout
+    healthy = parse_dcgmi_diag(node_exec("gpu01", "dcgmi", "diag", "-r", "3").stdout)
+    assert healthy["passed"] is True and healthy["dcgm_version"] == "3.3.9"
+    assert {"Denylist", "PCIe", "GPU Memory", "Memory Bandwidth"} <= {t["name"] for t in healthy["tests"]}
+    update_state(cluster.node_hw_dir("gpu02"), lambda state: state.update(dcgm_diag_failures=["GPU Memory"]))
+    failing = node_exec("gpu02", "dcgmi", "diag", "-r", "3")
+    assert failing.returncode != 0
+    assert parse_dcgmi_diag(failing.stdout)["passed"] is False

@@ -20,6 +20,8 @@ from provisioner.runner import RunRequest, run_playbook
 
 PROBE = Path(__file__).resolve().parent.parent / "playbooks" / "probe.yml"
 SECRET = "hunter2-Very-Secret-Token"
+# The site playbook on this machine itself: only the preflight phase, never the driver phases.
+PREFLIGHT = ["--tags", "preflight"]
 
 
 def write_local_inventory(directory: Path, host_vars: dict[str, dict] | None = None) -> Path:
@@ -94,7 +96,7 @@ def test_second_run_reports_no_change(tmp_path: Path):
 def test_lock_refuses_a_second_apply_and_names_the_holder(tmp_path: Path, capsys):
     inventory = write_local_inventory(tmp_path / "inv")
     with inventory_lock(inventory, "certify"):
-        code = main(["apply", "--inventory", str(inventory)])
+        code = main(["apply", "--inventory", str(inventory), *PREFLIGHT])
     assert code == 2
     err = capsys.readouterr().err
     assert "locked by `provision certify`" in err and f"pid {os.getpid()}" in err
@@ -103,14 +105,14 @@ def test_lock_refuses_a_second_apply_and_names_the_holder(tmp_path: Path, capsys
 
 def test_cli_apply_runs_site_and_retry_failed_reruns_only_failed_hosts(tmp_path: Path):
     inventory = write_local_inventory(tmp_path / "inv", {"gpu02": {"preflight_min_memory_mb": 10**9}})
-    assert main(["apply", "--inventory", str(inventory)]) == 1
+    assert main(["apply", "--inventory", str(inventory), *PREFLIGHT]) == 1
     first = read_summary(sorted((tmp_path / "runs").iterdir())[-1])
     assert first["hosts_failed"] == ["gpu02"]
     assert "at least 1000000000 MiB" in first["hosts"]["gpu02"]["failures"][0]["message"]
     assert first["hosts"]["gpu01"]["status"] == "ok"
 
     write_local_inventory(inventory)  # the operator fixes the inventory
-    assert main(["apply", "--inventory", str(inventory), "--retry-failed"]) == 0
+    assert main(["apply", "--inventory", str(inventory), "--retry-failed", *PREFLIGHT]) == 0
     retry = read_summary(sorted((tmp_path / "runs").iterdir())[-1])
     assert retry["limit"] == "gpu02"
     assert set(retry["hosts"]) == {"gpu02"}
@@ -118,17 +120,17 @@ def test_cli_apply_runs_site_and_retry_failed_reruns_only_failed_hosts(tmp_path:
 
 def test_retry_failed_without_an_earlier_run_is_bad_input(tmp_path: Path):
     inventory = write_local_inventory(tmp_path / "inv")
-    assert main(["apply", "--inventory", str(inventory), "--retry-failed"]) == 2
+    assert main(["apply", "--inventory", str(inventory), "--retry-failed", *PREFLIGHT]) == 2
 
 
 def test_check_reports_drift_with_exit_3(tmp_path: Path, capsys):
     inventory = write_local_inventory(tmp_path / "inv")
-    assert main(["apply", "--inventory", str(inventory)]) == 0
-    assert main(["check", "--inventory", str(inventory)]) == 0
+    assert main(["apply", "--inventory", str(inventory), *PREFLIGHT]) == 0
+    assert main(["check", "--inventory", str(inventory), *PREFLIGHT]) == 0
     fact = inventory / "nodes" / "gpu01" / "facts.d" / "provision_host.fact"
     fact.write_text('{"edited": "by hand"}\n')
     capsys.readouterr()
-    assert main(["check", "--inventory", str(inventory)]) == 3
+    assert main(["check", "--inventory", str(inventory), *PREFLIGHT]) == 3
     summary = read_summary(sorted((tmp_path / "runs").iterdir())[-1])
     assert [c["host"] for c in summary["changes"]] == ["gpu01"]
     assert summary["changes"][0]["phase"] == "preflight"
