@@ -26,18 +26,22 @@ def normalise_state(value: str | None) -> str | None:
     return STATES.get(word.lower(), word)
 
 
+def _split_errors(text: str) -> tuple[list[str], list[str]]:
+    """(content lines, error lines) of a tool's output, both stripped, blank lines dropped."""
+    content, errors = [], []
+    for line in clean_lines(text):
+        stripped = line.strip()
+        if stripped:
+            (errors if ERROR_LINE.match(stripped) else content).append(stripped)
+    return content, errors
+
+
 def parse_ibstat(text: str) -> dict[str, Any]:
     """Parse `ibstat` (all CAs)."""
     cas: list[dict[str, Any]] = []
-    errors: list[str] = []
     port: dict[str, Any] | None = None
-    for line in clean_lines(text):
-        stripped = line.strip()
-        if not stripped:
-            continue
-        if ERROR_LINE.match(stripped):
-            errors.append(stripped)
-            continue
+    lines, errors = _split_errors(text)
+    for stripped in lines:
         if match := CA_HEADER.match(stripped):
             cas.append({"name": match.group(1), "ca_type": None, "firmware_version": None, "node_guid": None,
                         "ports": []})
@@ -87,16 +91,10 @@ def _rate(width: str | None, speed: str | None) -> float | int | None:
 def parse_ibv_devinfo(text: str) -> dict[str, Any]:
     """Parse `ibv_devinfo` (with or without -v)."""
     cas: list[dict[str, Any]] = []
-    errors: list[str] = []
     port: dict[str, Any] | None = None
     widths: dict[int, tuple[str | None, str | None]] = {}
-    for line in clean_lines(text):
-        stripped = line.strip()
-        if not stripped:
-            continue
-        if ERROR_LINE.match(stripped):
-            errors.append(stripped)
-            continue
+    lines, errors = _split_errors(text)
+    for stripped in lines:
         pair = key_value(stripped)
         if pair is None:
             continue
