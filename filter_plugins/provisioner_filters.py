@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner import fleet
+from provisioner import fabric, fleet, nccl_profiles, tables
 from provisioner.parsers import PARSERS, ParseError, parse_nvidia_smi_csv
 
 
@@ -41,6 +41,34 @@ def fleet_table(rows: list[dict[str, str]]) -> str:
     return fleet.table(rows)
 
 
+def ib_port_problems(ibstat: dict[str, Any], fabric_kind: str, hca_count: int, rate_gbps: int | float,
+                     names: list[str] | None = None) -> list[dict[str, str]]:
+    return fabric.port_problems(ibstat, fabric_kind, int(hca_count), rate_gbps, names or None)
+
+
+def rdma_devices(ibstat: dict[str, Any], fabric_kind: str, names: list[str] | None = None) -> list[str]:
+    return fabric.rdma_devices(ibstat, fabric_kind, names or None)
+
+
+def port_table(rows: list[dict[str, str]]) -> str:
+    return tables.text_table(rows, fabric.PORT_COLUMNS)
+
+
+def nccl_environment(profiles: dict[str, Any], fabric_kind: str, derived: dict[str, Any], opt_in: list[str],
+                     overrides: dict[str, Any]) -> dict[str, str]:
+    return nccl_profiles.nccl_environment(profiles, fabric_kind, derived, list(opt_in or []), dict(overrides or {}))
+
+
+def nccl_ib_hca(devices: list[str]) -> str:
+    return nccl_profiles.ib_hca_setting(list(devices))
+
+
+def shell_quote(value: Any) -> str:
+    import shlex
+
+    return shlex.quote(str(value))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -50,4 +78,10 @@ class FilterModule:
             "fleet_table": fleet_table,
             "node_versions": node_versions,
             "fleet_facts": fleet_facts,
+            "ib_port_problems": ib_port_problems,
+            "rdma_devices": rdma_devices,
+            "port_table": port_table,
+            "nccl_environment": nccl_environment,
+            "nccl_ib_hca": nccl_ib_hca,
+            "shell_quote": shell_quote,
         }

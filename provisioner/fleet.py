@@ -77,13 +77,9 @@ def differences(facts_by_host: dict[str, dict[str, Any]], pins: dict[str, Any]) 
 
 def table(rows: list[dict[str, str]]) -> str:
     """A plain-text table of difference rows (for Ansible failure messages and logs)."""
-    if not rows:
-        return "every node matches"
-    headers = ("host", "component", "expected", "found")
-    widths = [max(len(h), *(len(row[h]) for row in rows)) for h in headers]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(row[h].ljust(w) for h, w in zip(headers, widths, strict=True)) for row in rows]
-    return "\n".join(line.rstrip() for line in lines)
+    from provisioner.tables import text_table
+
+    return text_table(rows, ("host", "component", "expected", "found"), empty="every node matches")
 
 
 NVIDIA_PACKAGES = ("nvidia-driver", "nvidia-smi", "nvidia-fabricmanager", "datacenter-gpu-manager",

@@ -16,7 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from provisioner.errors import InputError, InputProblem
-from provisioner.nccl_variables import KNOWN_NCCL_VARIABLES, unknown_variable_message
+from provisioner.nccl_profiles import load_profiles
+from provisioner.nccl_variables import variable_problem
 from provisioner.yaml_source import load_yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +77,7 @@ class ClusterVars(BaseModel):
     cluster_name: str = Field(default="cluster", pattern=r"^[a-z][a-z0-9_-]*$")
     fabric: Literal["infiniband", "roce", "ethernet"] = "infiniband"
     slurm_partitions: list[Partition] = Field(default_factory=list)
-    nccl_env: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    nccl_env: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
 
 
 @dataclass
@@ -278,19 +279,41 @@ def _merged_host_vars(host: str, reader: _Reader, file_groups: dict, file_hosts:
 
 
 def _check_definitions(sites: list[dict[str, Defined]], reader: _Reader) -> None:
-    """Checks that apply wherever a variable is defined: version pins and NCCL names."""
+    """Checks that apply wherever a variable is defined: version pins and NCCL settings."""
     for variables in sites:
         for name, defined in variables.items():
             if name.endswith("_version"):
                 _check_version(defined, reader)
-            if name == "nccl_env" and isinstance(defined.value, dict):
-                for variable in defined.value:
-                    if not str(variable).startswith("NCCL_"):
-                        reader.problem(_key(defined.key, variable), "not an NCCL variable (names start with NCCL_)",
-                                       defined.file)
-                    elif variable not in KNOWN_NCCL_VARIABLES:
-                        reader.problem(_key(defined.key, variable), unknown_variable_message(str(variable)),
-                                       defined.file)
+            if name == "nccl_env":
+                _check_nccl_env(defined, reader)
+            if name == "nccl_opt_in":
+                _check_nccl_opt_in(defined, variables, reader)
+
+
+def _check_nccl_env(defined: Defined, reader: _Reader) -> None:
+    if not isinstance(defined.value, dict):
+        reader.problem(defined.key, "nccl_env must be a mapping of NCCL variable names to values", defined.file)
+        return
+    for variable, value in defined.value.items():
+        problem = variable_problem(variable, value)
+        if problem:
+            reader.problem(_key(defined.key, variable), problem, defined.file)
+
+
+def _check_nccl_opt_in(defined: Defined, variables: dict[str, Defined], reader: _Reader) -> None:
+    """Opt-in settings must exist in the profile of the fabric (see roles/nccl/vars/main.yml)."""
+    profiles = load_profiles()
+    fabric = variables["fabric"].value if "fabric" in variables else None
+    options = sorted({option for name, profile in profiles.items() if fabric in (None, name)
+                      for option in profile.get("options", {})})
+    if not isinstance(defined.value, list) or not all(isinstance(item, str) for item in defined.value):
+        reader.problem(defined.key, "nccl_opt_in must be a list of option names", defined.file)
+        return
+    for position, option in enumerate(defined.value):
+        if option not in options:
+            where = f"the {fabric} profile" if fabric else "any NCCL profile"
+            reader.problem(f"{defined.key}[{position}]", f"{option!r} is not an opt-in setting of {where}"
+                           f"{_suggest(option, options)}; available: {', '.join(options) or 'none'}", defined.file)
 
 
 def _check_version(defined: Defined, reader: _Reader) -> None:
@@ -363,6 +386,10 @@ def _check_structure(reader: _Reader, members: dict[str, list[str]]) -> None:
                            f"{', '.join(REQUIRED_GROUPS)})")
         elif not members[group]:
             reader.problem(f"all.children.{group}", f"group {group!r} has no hosts")
+    if members.get("subnet_managers"):
+        reader.problem("all.children.subnet_managers",
+                       "running opensm on hosts is not supported: run the subnet manager on the switches "
+                       "(the infiniband role checks that every port sees one); remove the group's hosts")
     if len(members.get("controller", [])) > 1:
         reader.problem("all.children.controller",
                        f"exactly one Slurm controller expected, found {', '.join(members['controller'])}")

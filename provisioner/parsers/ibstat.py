@@ -51,20 +51,22 @@ def parse_ibstat(text: str) -> dict[str, Any]:
             continue
         if match := PORT_HEADER.match(stripped):
             port = {"port": int(match.group(1)), "state": None, "physical_state": None, "rate_gbps": None,
-                    "link_layer": None}
+                    "link_layer": None, "base_lid": None, "sm_lid": None}
             cas[-1]["ports"].append(port)
             continue
         pair = key_value(stripped)
         if pair is None:
             continue
         key, value = pair[0].lower(), pair[1]
-        if port is not None and key in ("state", "physical state", "rate", "link layer"):
+        if port is not None and key in ("state", "physical state", "rate", "link layer", "base lid", "sm lid"):
             if key == "state":
                 port["state"] = normalise_state(value)
             elif key == "physical state":
                 port["physical_state"] = value
             elif key == "rate":
                 port["rate_gbps"] = number_or_none(value)
+            elif key in ("base lid", "sm lid"):
+                port[key.replace(" ", "_")] = integer_or_none(value)
             else:
                 port["link_layer"] = value
         elif key == "ca type":

@@ -153,8 +153,10 @@ def test_ibstat_h100_cx7(shared_fixtures: Path):
     ib = [ca for ca in facts["cas"] if ca["ca_type"] == "MT4129"]
     assert len(ib) == 8
     assert {ca["firmware_version"] for ca in ib} == {"28.39.1002"}
-    assert all(ca["ports"] == [{"port": 1, "state": "Active", "physical_state": "LinkUp", "rate_gbps": 400,
-                                "link_layer": "InfiniBand"}] for ca in ib)
+    assert all(ca["ports"][0] | {"base_lid": None} == {"port": 1, "state": "Active", "physical_state": "LinkUp",
+                                                       "rate_gbps": 400, "link_layer": "InfiniBand",
+                                                       "base_lid": None, "sm_lid": 334} for ca in ib)
+    assert all(len(ca["ports"]) == 1 and ca["ports"][0]["base_lid"] > 0 for ca in ib)
     eth = [ca for ca in facts["cas"] if ca["ca_type"] == "MT4125"]
     assert len(eth) == 4 and {ca["firmware_version"] for ca in eth} == {"22.38.1002"}
     down = [ca["name"] for ca in eth if ca["ports"][0]["state"] == "Down"]
