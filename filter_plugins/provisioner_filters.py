@@ -50,6 +50,10 @@ def rdma_devices(ibstat: dict[str, Any], fabric_kind: str, names: list[str] | No
     return fabric.rdma_devices(ibstat, fabric_kind, names or None)
 
 
+def ipoib_problems(ip_json: str, interfaces: list[dict[str, Any]]) -> list[str]:
+    return fabric.ipoib_problems(ip_json, list(interfaces or []))
+
+
 def port_table(rows: list[dict[str, str]]) -> str:
     return tables.text_table(rows, fabric.PORT_COLUMNS)
 
@@ -57,6 +61,10 @@ def port_table(rows: list[dict[str, str]]) -> str:
 def nccl_environment(profiles: dict[str, Any], fabric_kind: str, derived: dict[str, Any], opt_in: list[str],
                      overrides: dict[str, Any]) -> dict[str, str]:
     return nccl_profiles.nccl_environment(profiles, fabric_kind, derived, list(opt_in or []), dict(overrides or {}))
+
+
+def nccl_assignments(lines: list[str]) -> dict[str, str]:
+    return nccl_profiles.nccl_assignments(list(lines))
 
 
 def nccl_ib_hca(devices: list[str]) -> str:
@@ -81,7 +89,9 @@ class FilterModule:
             "ib_port_problems": ib_port_problems,
             "rdma_devices": rdma_devices,
             "port_table": port_table,
+            "ipoib_problems": ipoib_problems,
             "nccl_environment": nccl_environment,
             "nccl_ib_hca": nccl_ib_hca,
+            "nccl_assignments": nccl_assignments,
             "shell_quote": shell_quote,
         }

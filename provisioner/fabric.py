@@ -7,6 +7,7 @@ the whole cluster slower, or hangs it. Each such port is named here.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 LINK_LAYERS = {"infiniband": "InfiniBand", "roce": "Ethernet"}
@@ -69,3 +70,22 @@ def rdma_devices(ibstat: dict[str, Any], fabric: str, names: list[str] | None = 
     layer = LINK_LAYERS[fabric]
     return [f"{ca['name']}:{port['port']}" for ca in _fabric_cas(ibstat.get("cas") or [], fabric, names)
             for port in ca["ports"] if port.get("state") == "Active" and port.get("link_layer") == layer]
+
+
+def ipoib_problems(ip_json: str, interfaces: list[dict[str, Any]]) -> list[str]:
+    """What is wrong with the IPoIB interfaces, from `ip -json address show`: a missing
+    interface, or one without its configured address (CIDR)."""
+    links = {link["ifname"]: link for link in json.loads(ip_json or "[]")}
+    problems = []
+    for wanted in interfaces:
+        link = links.get(wanted["name"])
+        if link is None:
+            problems.append(f"IPoIB interface {wanted['name']} does not exist "
+                            "(ib_ipoib not loaded, or the HCA is missing)")
+            continue
+        found = [f"{info['local']}/{info['prefixlen']}" for info in link.get("addr_info", [])
+                 if info.get("family") == "inet"]
+        if wanted["address"] not in found:
+            problems.append(f"IPoIB interface {wanted['name']} has {', '.join(found) or 'no IPv4 address'}, "
+                            f"expected {wanted['address']}")
+    return problems

@@ -66,3 +66,13 @@ def ib_hca_setting(devices: list[str]) -> str:
     """NCCL_IB_HCA for exactly these `device:port`s. The leading '=' makes NCCL match names
     exactly: without it `mlx5_1` would also select mlx5_10 and mlx5_11."""
     return "=" + ",".join(devices) if devices else ""
+
+
+def nccl_assignments(lines: list[str]) -> dict[str, str]:
+    """The NCCL_* variables of `env` output or of `export NAME=value` lines, as NAME -> value."""
+    settings = {}
+    for line in lines:
+        name, equals, value = line.removeprefix("export ").partition("=")
+        if equals and name.startswith("NCCL_") and name.replace("_", "").isalnum():
+            settings[name] = value
+    return settings

@@ -21,7 +21,7 @@ import yaml
 from provisioner.inventory import PROJECT_ROOT
 from provisioner.lab import state as hw_state
 from provisioner.lab.apt_repo import build_apt_repo
-from provisioner.lab.engine import EngineError, docker, ensure_engine
+from provisioner.lab.engine import EngineError, docker, ensure_engine, host_lacks_sys_resource
 from provisioner.lab.images import NODE_IMAGE, build_node_image
 
 LABEL = "provision.lab"
@@ -232,7 +232,13 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "nccl_env": {"NCCL_IB_TIMEOUT": 22, "NCCL_IB_RETRY_CNT": 7},
     }
     (directory / "group_vars" / "all.yml").write_text(header + yaml.safe_dump(cluster, sort_keys=False))
-    gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": LAB_HCAS}
+    gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": LAB_HCAS,
+                # Containers share the host's kernel: RDMA modules cannot be loaded from a node.
+                "infiniband_kernel_modules_load": False}
+    if host_lacks_sys_resource():
+        # No process on this host can raise a hard limit (CAP_SYS_RESOURCE is missing from
+        # the bounding set), so no lab node can: the memlock limit is written, not checked.
+        gpu_vars["infiniband_memlock_verify"] = False
     (directory / "group_vars" / "gpu_nodes.yml").write_text(header + yaml.safe_dump(gpu_vars, sort_keys=False))
     return directory
 

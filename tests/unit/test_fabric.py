@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provisioner.fabric import port_problems, rdma_devices
+from provisioner.fabric import ipoib_problems, port_problems, rdma_devices
 from provisioner.parsers import PARSERS
 from provisioner.tables import text_table
 
@@ -65,3 +65,17 @@ def test_table_aligns_the_columns():
     text = text_table([{"a": "x", "b": "long value"}, {"a": "longer", "b": "y"}], ("a", "b"))
     assert text.splitlines() == ["a       b", "x       long value", "longer  y"]
     assert text_table([], ("a",), empty="none") == "none"
+
+
+def test_ipoib_interface_missing_or_without_its_address():
+    ip_json = ('[{"ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},'
+               ' {"ifname": "ib0", "addr_info": [{"family": "inet", "local": "10.20.1.11", "prefixlen": 16},'
+               ' {"family": "inet6", "local": "fe80::1", "prefixlen": 64}]},'
+               ' {"ifname": "ib1", "addr_info": []}]')
+    assert ipoib_problems(ip_json, [{"name": "ib0", "address": "10.20.1.11/16"}]) == []
+    assert ipoib_problems(ip_json, [{"name": "ib0", "address": "10.20.1.11/24"},
+                                    {"name": "ib1", "address": "10.21.1.11/16"},
+                                    {"name": "ib2", "address": "10.22.1.11/16"}]) == [
+        "IPoIB interface ib0 has 10.20.1.11/16, expected 10.20.1.11/24",
+        "IPoIB interface ib1 has no IPv4 address, expected 10.21.1.11/16",
+        "IPoIB interface ib2 does not exist (ib_ipoib not loaded, or the HCA is missing)"]

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from provisioner.nccl_profiles import NcclSettingsError, ib_hca_setting, load_profiles, nccl_environment
+from provisioner.nccl_profiles import (
+    NcclSettingsError,
+    ib_hca_setting,
+    load_profiles,
+    nccl_assignments,
+    nccl_environment,
+)
 from provisioner.nccl_variables import KNOWN_NCCL_VARIABLES, render_value, variable_problem
 
 DERIVED = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_SOCKET_IFNAME": "=eth0", "NCCL_TOPO_FILE": ""}
@@ -95,7 +101,7 @@ def test_precedence_profile_then_derived_then_opt_in_then_override():
 def test_override_of_none_removes_a_profile_setting_and_overrides_are_validated():
     profiles = load_profiles()
     assert "NCCL_DEBUG" not in nccl_environment(profiles, "infiniband", DERIVED, [], {"NCCL_DEBUG": None})
-    with pytest.raises(NcclSettingsError, match="NCCL_IB_RETRY_CNT must be an integer in 0..7"):
+    with pytest.raises(NcclSettingsError, match=r"NCCL_IB_RETRY_CNT must be an integer in 0\.\.7"):
         nccl_environment(profiles, "infiniband", DERIVED, [], {"NCCL_IB_RETRY_CNT": 9})
     with pytest.raises(NcclSettingsError, match="did you mean NCCL_IB_TIMEOUT"):
         nccl_environment(profiles, "infiniband", DERIVED, [], {"NCCL_IB_TIMOUT": 22})
@@ -123,3 +129,10 @@ def test_every_opt_in_says_why_and_every_profile_setting_is_valid():
 def test_ib_hca_is_an_exact_match_list():
     assert ib_hca_setting(["mlx5_0:1", "mlx5_1:1"]) == "=mlx5_0:1,mlx5_1:1"
     assert ib_hca_setting([]) == ""
+
+
+def test_assignments_are_read_from_env_output_and_export_lines():
+    lines = ["PATH=/usr/bin", "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1", "export NCCL_IB_TIMEOUT=22", "NCCL_BAD NAME=1",
+             "NCCL_DEBUG="]
+    assert nccl_assignments(lines) == {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_IB_TIMEOUT": "22",
+                                       "NCCL_DEBUG": ""}
