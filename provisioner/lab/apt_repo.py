@@ -1,7 +1,7 @@
 """The lab's apt repository of stand-in NVIDIA packages, built with dpkg-deb.
 
 The packages carry the real names (nvidia-driver, nvidia-smi, nvidia-fabricmanager,
-datacenter-gpu-manager) at several versions, so that pinning, holding, upgrading and
+datacenter-gpu-manager, doca-ofed) at several versions, so that pinning, holding, upgrading and
 downgrading are done by real apt. The stand-in nvidia-smi of each driver package reports
 that package's version. Built into `.lab/apt/` (a flat repository: Packages, Release) and
 served on the lab network by a small HTTP container; Molecule scenarios use it as a
@@ -24,6 +24,19 @@ REVISION = "1"
 # Driver versions the repository offers, with the CUDA version each driver reports.
 DRIVERS = {"535.161.08": "12.2", "550.54.15": "12.4"}
 DCGM_VERSIONS = ("1:3.3.9", "1:3.3.8")
+# DOCA-OFED versions (the doca-ofed metapackage; `ofed_info -s` reports OFED-internal-<version>).
+DOCA_OFED_VERSIONS = ("24.10-1.1.4", "24.07-0.6.1")
+# What the metapackage pulls in: the RDMA user space, here Debian's (DOCA ships its own builds).
+DOCA_OFED_DEPENDS = ["rdma-core", "ibverbs-providers", "ibverbs-utils", "infiniband-diags", "perftest"]
+
+OFED_INFO = """#!/bin/sh
+# Lab stand-in for DOCA-OFED's ofed_info.
+case "${1:-}" in
+  -s) echo "OFED-internal-@VERSION@:" ;;
+  -n) echo "@VERSION@" ;;
+  *) printf 'OFED-internal-@VERSION@:\n\nInstalled Packages:\n-------------------\n' ;;
+esac
+"""
 
 LOAD_MODULE = """#!/bin/sh
 # Lab stand-in for loading the nvidia kernel module: the first load after boot records the
@@ -119,6 +132,10 @@ def _packages() -> list[Deb]:
                    "/lib/systemd/system/nvidia-dcgm.service": (
                        SERVICE.format(description="NVIDIA DCGM host engine (lab stand-in)",
                                       command="/usr/bin/nv-hostengine"), 0o644)}))
+    for doca in DOCA_OFED_VERSIONS:
+        debs.append(Deb("doca-ofed", doca, "DOCA-OFED metapackage: RDMA stack for ConnectX HCAs (lab stand-in)",
+                        depends=DOCA_OFED_DEPENDS,
+                        files={"/usr/bin/ofed_info": (OFED_INFO.replace("@VERSION@", doca), 0o755)}))
     return debs
 
 
