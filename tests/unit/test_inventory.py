@@ -220,3 +220,21 @@ def test_apply_on_a_bad_inventory_exits_2_and_writes_no_record(example_inventory
     assert main(["apply", "--inventory", str(example_inventory)]) == 2
     assert "missing group 'controller'" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def test_nccl_value_nccl_cannot_parse(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "all.yml", lambda d: d["nccl_env"].__setitem__("NCCL_IB_RETRY_CNT", 9))
+    _one(example_inventory, "group_vars/all.yml: nccl_env.NCCL_IB_RETRY_CNT", "must be an integer in 0..7 (got 9)")
+
+
+def test_nccl_opt_in_must_exist_for_the_fabric(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "all.yml", lambda d: d.__setitem__("nccl_opt_in", ["ring_onyl"]))
+    problem = _one(example_inventory, "group_vars/all.yml: nccl_opt_in[0]",
+                   "'ring_onyl' is not an opt-in setting of the infiniband profile")
+    assert "did you mean 'ring_only'?" in problem
+
+
+def test_subnet_manager_hosts_are_refused_with_the_reason(example_inventory: Path):
+    _edit(example_inventory / "hosts.yml",
+          lambda d: d["all"]["children"].__setitem__("subnet_managers", {"hosts": {"ctl01": None}}))
+    _one(example_inventory, "all.children.subnet_managers", "run the subnet manager on the switches")
