@@ -69,13 +69,29 @@ class Progress:
             self.live.update(self._panel())
 
 
+def first_line(message: str) -> str:
+    lines = message.splitlines()
+    return (lines[0] + " (details below)") if len(lines) > 1 else message
+
+
+def failure_details(summary: dict[str, Any]) -> list[Text]:
+    """The failures whose message is more than one line (a table of ports or versions), verbatim."""
+    details = []
+    for host, result in sorted(summary["hosts"].items()):
+        for failure in result["failures"]:
+            if "\n" in failure["message"]:
+                details.append(Text(f"{host}: {failure['phase']} / {failure['task']}", style="bold red"))
+                details.append(Text(failure["message"]))
+    return details
+
+
 def recap_table(summary: dict[str, Any]) -> Table:
     table = Table(title=f"provision {summary['command']}: {summary['inventory']}", title_justify="left")
     for column in ("host", "status", "ok", "changed", "failed", "unreachable", "skipped", "reason"):
         table.add_column(column, overflow="fold")
     styles = {"ok": "green", "failed": "red", "unreachable": "red", "not run": "yellow"}
     for host, result in sorted(summary["hosts"].items()):
-        reason = "; ".join(f"{f['phase']} / {f['task']}: {f['message']}" for f in result["failures"][:2])
+        reason = "; ".join(f"{f['phase']} / {f['task']}: {first_line(f['message'])}" for f in result["failures"][:2])
         table.add_row(host, Text(result["status"], style=styles.get(result["status"], "")), str(result["ok"]),
                       str(result["changed"]), str(result["failed"]), str(result["unreachable"]),
                       str(result["skipped"]), reason)

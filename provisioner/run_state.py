@@ -37,13 +37,17 @@ class HostResult:
         return "not run"
 
 
+# A failure message is kept whole (tables of ports or versions are evidence), up to this size.
+MESSAGE_LIMIT = 8000
+
+
 def _message(result: dict[str, Any]) -> str:
     message = result.get("msg") or result.get("stderr") or result.get("reason") or ""
     if not message and result.get("results"):
         failed = [r for r in result["results"] if isinstance(r, dict) and r.get("failed")]
         message = _message(failed[0]) if failed else ""
-    text = str(message).strip().replace("\n", " ")
-    return text if len(text) <= 400 else text[:397] + "..."
+    text = "\n".join(line.rstrip() for line in str(message).strip().splitlines())
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT - 3] + "..."
 
 
 def summarize_diff(diff: Any) -> str:

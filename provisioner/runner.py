@@ -16,7 +16,7 @@ from rich.console import Console
 
 from provisioner.inventory import PROJECT_ROOT, Inventory
 from provisioner.lock import inventory_lock
-from provisioner.progress import Progress, changes_table, recap_table
+from provisioner.progress import Progress, changes_table, failure_details, recap_table
 from provisioner.records import EVENTS, EventLog, new_record_dir, write_summary
 from provisioner.redact import Redactor, secret_values
 from provisioner.run_state import RunState
@@ -220,6 +220,8 @@ def _run_locked(request: RunRequest, console: Console) -> RunOutcome:
         tail = stdout.read_text(errors="replace")[-2000:] if stdout.exists() else ""
         console.print(f"[red]ansible-playbook did not run the play ({runner_status}, rc {runner_rc}):[/]\n{tail}")
     console.print(recap_table(summary))
+    for detail in failure_details(summary):
+        console.print(detail, soft_wrap=True)
     if request.command == "check" and state.changes:
         console.print(changes_table(state.changes))
     if interrupted:
