@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner import fabric, fleet, nccl_profiles, tables
+from provisioner import fabric, fleet, nccl_profiles, slurm_config, tables
 from provisioner.parsers import PARSERS, ParseError, parse_nvidia_smi_csv
 
 
@@ -77,6 +77,22 @@ def shell_quote(value: Any) -> str:
     return shlex.quote(str(value))
 
 
+def slurm_node_line(name: str, hostvars: Any, reserve_percent: float) -> str:
+    return slurm_config.node_line_from_hostvars(name, hostvars, float(reserve_percent))
+
+
+def slurm_partition_lines(partitions: list[dict[str, Any]], gpu_nodes: list[str], groups: Any) -> list[str]:
+    return slurm_config.partition_lines(list(partitions), list(gpu_nodes), {k: list(v) for k, v in groups.items()})
+
+
+def slurm_gres_type(gpu_model: str) -> str:
+    return slurm_config.gres_type(str(gpu_model))
+
+
+def slurm_node_states(sinfo: str) -> dict[str, dict[str, str]]:
+    return slurm_config.node_states(sinfo)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -94,4 +110,8 @@ class FilterModule:
             "nccl_ib_hca": nccl_ib_hca,
             "nccl_assignments": nccl_assignments,
             "shell_quote": shell_quote,
+            "slurm_node_line": slurm_node_line,
+            "slurm_partition_lines": slurm_partition_lines,
+            "slurm_gres_type": slurm_gres_type,
+            "slurm_node_states": slurm_node_states,
         }

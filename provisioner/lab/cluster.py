@@ -230,6 +230,8 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
             {"name": "debug", "nodes": "ALL", "max_time": "0:30:00"},
         ],
         "nccl_env": {"NCCL_IB_TIMEOUT": 22, "NCCL_IB_RETRY_CNT": 7},
+        # Debian 12's Slurm, pinned as production pins it.
+        "slurm_version": "22.05.8-4+deb12u3",
     }
     (directory / "group_vars" / "all.yml").write_text(header + yaml.safe_dump(cluster, sort_keys=False))
     gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": LAB_HCAS,

@@ -95,6 +95,7 @@ def _gpu(index: int, bus_id: str, section: list[_Node]) -> dict[str, Any]:
         "bus_id": bus_id,
         "uuid": text_or_none(root.value_of("GPU UUID")),
         "serial": text_or_none(root.value_of("Serial Number")),
+        "minor_number": integer_or_none(root.value_of("Minor Number")),
         "vbios_version": text_or_none(root.value_of("VBIOS Version")),
         "ecc_errors": {
             "volatile": _ecc_counts(ecc.child("Volatile") if ecc else None),
