@@ -48,7 +48,8 @@ def test_every_node_idle_with_its_gpus(provisioned_lab):
 
 def test_job_gets_exactly_two_gpus_and_cannot_open_the_others(provisioned_lab):
     out = ctl("srun", "-p", "gpu", "-w", "gpu01", "--gres=gpu:2", "sh", "-c",
-              'echo "visible=$CUDA_VISIBLE_DEVICES"; for d in /dev/nvidia[0-7]; do cat "$d" 2>&1 >/dev/null; done; true')
+              'echo "visible=$CUDA_VISIBLE_DEVICES"; '
+              'for d in /dev/nvidia[0-7]; do cat "$d" 2>&1 >/dev/null; done; true')
     assert "visible=0,1" in out.splitlines()
     denied = [line for line in out.splitlines() if "Operation not permitted" in line]
     assert len(denied) == LAB_GPUS - 2, out
@@ -99,7 +100,8 @@ def test_uncorrectable_ecc_error_drains_the_node_with_the_reason(healthy_lab):
     finally:
         ecc(0)
     assert node_exec("gpu02", "/usr/local/sbin/provision-node-health").returncode == 0
-    assert ctl("sinfo", "--noheader", "-n", "gpu02", "-o", "%T").split()[0] == "idle"
+    wait_for(lambda: ctl("sinfo", "--noheader", "-n", "gpu02", "-o", "%T").split()[0] == "idle", 60,
+             "gpu02 to return to service")
     assert "HealthCheckProgram=/usr/local/sbin/provision-node-health" in ctl("cat", "/etc/slurm/slurm.conf")
 
 
@@ -109,6 +111,12 @@ def test_limited_run_keeps_every_node_in_slurm_conf(provisioned_lab, tmp_path: P
     assert [line.split()[0] for line in nodes.splitlines() if line.startswith("NodeName=")] == [
         "NodeName=gpu01", "NodeName=gpu02"]
     assert nodes == ctl("cat", "/etc/slurm/nodes.conf")
+    key = node_exec("ctl01", "base64", "-w0", "/etc/munge/munge.key").stdout.strip()
+    assert len(key) > 100
+    record = sorted((tmp_path / "runs").iterdir())[-1]
+    for path in record.rglob("*"):
+        if path.is_file():
+            assert key not in path.read_text(errors="replace"), f"the munge key leaked into {path}"
 
 
 def _slurmctld_pid() -> str:
