@@ -77,8 +77,8 @@ def shell_quote(value: Any) -> str:
     return shlex.quote(str(value))
 
 
-def slurm_node_line(name: str, hostvars: Any, reserve_percent: float) -> str:
-    return slurm_config.node_line_from_hostvars(name, hostvars, float(reserve_percent))
+def slurm_node_line(name: str, hostvars: Any, reserve_percent: float, current_nodes_conf: str = "") -> str:
+    return slurm_config.node_line_from_hostvars(name, hostvars, float(reserve_percent), current_nodes_conf or "")
 
 
 def slurm_partition_lines(partitions: list[dict[str, Any]], gpu_nodes: list[str], groups: Any) -> list[str]:
@@ -91,6 +91,10 @@ def slurm_gres_type(gpu_model: str) -> str:
 
 def slurm_node_states(sinfo: str) -> dict[str, dict[str, str]]:
     return slurm_config.node_states(sinfo)
+
+
+def slurm_unsettled_nodes(sinfo: str, nodes: list[str]) -> list[str]:
+    return slurm_config.unsettled_nodes(sinfo, list(nodes))
 
 
 class FilterModule:
@@ -114,4 +118,5 @@ class FilterModule:
             "slurm_partition_lines": slurm_partition_lines,
             "slurm_gres_type": slurm_gres_type,
             "slurm_node_states": slurm_node_states,
+            "slurm_unsettled_nodes": slurm_unsettled_nodes,
         }

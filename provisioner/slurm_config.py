@@ -82,10 +82,17 @@ def partition_lines(partitions: list[dict[str, Any]], gpu_nodes: list[str],
     return lines
 
 
-def node_line_from_hostvars(name: str, hostvars: Any, reserve_percent: float) -> str:
-    """The node line of `name` from its inventory variables and facts (any host's view)."""
+def node_line_from_hostvars(name: str, hostvars: Any, reserve_percent: float, current_nodes_conf: str = "") -> str:
+    """The node line of `name` from its inventory variables and facts (any host's view).
+
+    A node that did not answer in this run (no facts) keeps the line the controller has for
+    it now: an unreachable node must neither vanish from slurm.conf nor stop the others."""
     host = hostvars[name]
     facts = host.get("ansible_facts") or {}
+    if not facts.get("memtotal_mb"):
+        for line in current_nodes_conf.splitlines():
+            if line.split(" ", 1)[0] == f"NodeName={name}":
+                return line
     return node_line(name, str(host.get("ansible_host") or name), facts, reserve_percent,
                      gres_type(str(host.get("gpu_model") or "gpu")), int(host.get("gpu_count") or 0))
 
@@ -102,3 +109,12 @@ def node_states(sinfo: str) -> dict[str, dict[str, str]]:
         name, state, gres, reason = fields[0], fields[1], fields[2], "|".join(fields[3:])
         nodes[name] = {"state": state, "gres": gres, "reason": reason.strip()}
     return nodes
+
+
+SETTLED_STATES = ("idle", "mixed", "allocated", "completing", "drained", "draining")
+
+
+def unsettled_nodes(sinfo: str, nodes: list[str]) -> list[str]:
+    """The nodes of `nodes` that slurmctld does not list yet, or lists as not responding."""
+    states = node_states(sinfo)
+    return [node for node in nodes if states.get(node, {}).get("state") not in SETTLED_STATES]

@@ -12,6 +12,7 @@ from provisioner.slurm_config import (
     node_line,
     node_line_from_hostvars,
     node_states,
+    unsettled_nodes,
     partition_lines,
 )
 
@@ -41,6 +42,14 @@ def test_line_from_hostvars_uses_the_inventory_gpus_and_address():
                           "gpu_model": "H100-SXM5-80GB"}}
     assert "Gres=gpu:h100_sxm5_80gb:8" in node_line_from_hostvars("gpu01", hostvars, 5)
     assert gres_type("A100 80GB PCIe") == "a100_80gb_pcie"
+
+
+def test_node_that_did_not_answer_keeps_its_current_line():
+    current = "# header\nNodeName=gpu02 NodeAddr=10.10.1.12 CPUs=128 Gres=gpu:h100:8 State=UNKNOWN\n"
+    hostvars = {"gpu02": {"ansible_host": "10.10.1.12", "gpu_count": 8, "gpu_model": "H100"}}
+    assert node_line_from_hostvars("gpu02", hostvars, 5, current) == current.splitlines()[1]
+    with pytest.raises(SlurmConfigError, match="gpu02: no hardware facts"):
+        node_line_from_hostvars("gpu02", hostvars, 5, "NodeName=gpu022 CPUs=1")
 
 
 def test_partitions_expand_all_groups_and_names():
@@ -73,3 +82,8 @@ def test_real_cluster_node_lines_have_the_fields_we_render(shared_fixtures: Path
     keys = {field.split("=")[0] for field in ours.split()}
     # the real file counts sockets per board; we write Sockets, its equivalent on one board
     assert {field.split("=")[0] for field in real.split()} - {"Boards", "SocketsPerBoard"} <= keys
+
+
+def test_unsettled_nodes_are_missing_or_not_responding():
+    text = "gpu01|idle|gpu:h100:8|none\ngpu02|idle*|gpu:h100:8|none\ngpu03|drained|gpu:h100:8|bad\n"
+    assert unsettled_nodes(text, ["gpu01", "gpu02", "gpu03", "gpu04"]) == ["gpu02", "gpu04"]
