@@ -12,8 +12,8 @@ from provisioner.slurm_config import (
     node_line,
     node_line_from_hostvars,
     node_states,
-    unsettled_nodes,
     partition_lines,
+    unsettled_nodes,
 )
 
 FACTS = {"hostname": "gpu01", "processor_vcpus": 128, "processor_count": 2, "processor_cores": 32,
