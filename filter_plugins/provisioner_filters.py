@@ -7,6 +7,7 @@ modules shipped to the nodes.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from provisioner import fabric, fleet, nccl_profiles, slurm_config, tables
@@ -72,8 +73,6 @@ def nccl_ib_hca(devices: list[str]) -> str:
 
 
 def shell_quote(value: Any) -> str:
-    import shlex
-
     return shlex.quote(str(value))
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from provisioner.tables import text_table
+
 # Components compared across the fleet: facts key -> (label, pin key)
 SCALAR_COMPONENTS = {
     "driver": ("NVIDIA driver", "driver"),
@@ -77,8 +79,6 @@ def differences(facts_by_host: dict[str, dict[str, Any]], pins: dict[str, Any]) 
 
 def table(rows: list[dict[str, str]]) -> str:
     """A plain-text table of difference rows (for Ansible failure messages and logs)."""
-    from provisioner.tables import text_table
-
     return text_table(rows, ("host", "component", "expected", "found"), empty="every node matches")
 
 
