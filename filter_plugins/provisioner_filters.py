@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from provisioner import fabric, fleet, nccl_profiles, slurm_config, tables
+from provisioner import fabric, fleet, monitoring, nccl_profiles, slurm_config, tables
 from provisioner.parsers import PARSERS, ParseError, parse_nvidia_smi_csv
 
 
@@ -96,6 +96,42 @@ def slurm_unsettled_nodes(sinfo: str, nodes: list[str]) -> list[str]:
     return slurm_config.unsettled_nodes(sinfo, list(nodes))
 
 
+def fabric_ports(ibstat: dict[str, Any], fabric_kind: str, names: list[str] | None = None) -> list[dict[str, str]]:
+    return fabric.fabric_ports(ibstat, fabric_kind, names or None)
+
+
+def monitoring_scrape_targets(hosts: list[str], hostvars: Any, port: int, gpu_nodes: list[str],
+                              partitions: list[dict[str, Any]], groups: Any) -> list[dict[str, Any]]:
+    return monitoring.scrape_targets(list(hosts), hostvars, port, list(gpu_nodes), list(partitions or []),
+                                     {name: list(members) for name, members in dict(groups).items()})
+
+
+def alertmanager_config(receivers: list[dict[str, Any]], group_wait: str, group_interval: str,
+                        repeat_interval: str) -> dict[str, Any]:
+    return monitoring.alertmanager_config(list(receivers or []), group_wait, group_interval, repeat_interval)
+
+
+def grafana_dashboard(spec: dict[str, Any], datasource_uid: str) -> dict[str, Any]:
+    return monitoring.grafana_dashboard(spec, datasource_uid)
+
+
+def dcgm_counter_fields(csv_text: str) -> list[str]:
+    return monitoring.dcgm_counter_fields(csv_text)
+
+
+def dcgm_exporter_problems(metrics_text: str, expected_gpus: int, fields: list[str]) -> list[str]:
+    return monitoring.dcgm_exporter_problems(metrics_text, int(expected_gpus), list(fields))
+
+
+def monitoring_target_problems(active_targets: list[dict[str, Any]],
+                               expected: dict[str, list[str]]) -> list[dict[str, str]]:
+    return monitoring.target_problems(list(active_targets), {job: list(hosts) for job, hosts in expected.items()})
+
+
+def target_table(rows: list[dict[str, str]]) -> str:
+    return tables.text_table(rows, ("job", "host", "health", "error"))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -118,4 +154,12 @@ class FilterModule:
             "slurm_gres_type": slurm_gres_type,
             "slurm_node_states": slurm_node_states,
             "slurm_unsettled_nodes": slurm_unsettled_nodes,
+            "fabric_ports": fabric_ports,
+            "monitoring_scrape_targets": monitoring_scrape_targets,
+            "alertmanager_config": alertmanager_config,
+            "grafana_dashboard": grafana_dashboard,
+            "dcgm_counter_fields": dcgm_counter_fields,
+            "dcgm_exporter_problems": dcgm_exporter_problems,
+            "monitoring_target_problems": monitoring_target_problems,
+            "target_table": target_table,
         }

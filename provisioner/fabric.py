@@ -72,6 +72,16 @@ def rdma_devices(ibstat: dict[str, Any], fabric: str, names: list[str] | None = 
             for port in ca["ports"] if port.get("state") == "Active" and port.get("link_layer") == layer]
 
 
+def fabric_ports(ibstat: dict[str, Any], fabric: str, names: list[str] | None = None) -> list[dict[str, str]]:
+    """{device, port} of every port of the fabric HCAs on the fabric's link layer, whatever
+    its state: the ports monitoring expects to see Active (a vanished one is an alert too)."""
+    if fabric not in LINK_LAYERS:
+        return []
+    layer = LINK_LAYERS[fabric]
+    return [{"device": ca["name"], "port": str(port["port"])} for ca in _fabric_cas(ibstat.get("cas") or [], fabric, names)
+            for port in ca["ports"] if port.get("link_layer") == layer]
+
+
 def ipoib_problems(ip_json: str, interfaces: list[dict[str, Any]]) -> list[str]:
     """What is wrong with the IPoIB interfaces, from `ip -json address show`: a missing
     interface, or one without its configured address (CIDR)."""

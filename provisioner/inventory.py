@@ -288,6 +288,8 @@ def _check_definitions(sites: list[dict[str, Defined]], reader: _Reader) -> None
                 _check_nccl_env(defined, reader)
             if name == "nccl_opt_in":
                 _check_nccl_opt_in(defined, variables, reader)
+            if name == "monitoring_alert_receivers":
+                _check_alert_receivers(defined, reader)
 
 
 def _check_nccl_env(defined: Defined, reader: _Reader) -> None:
@@ -314,6 +316,42 @@ def _check_nccl_opt_in(defined: Defined, variables: dict[str, Defined], reader: 
             where = f"the {fabric} profile" if fabric else "any NCCL profile"
             reader.problem(f"{defined.key}[{position}]", f"{option!r} is not an opt-in setting of {where}"
                            f"{_suggest(option, options)}; available: {', '.join(options) or 'none'}", defined.file)
+
+
+# Alert receiver types and the keys each needs (values are not echoed: URLs carry tokens).
+RECEIVER_KEYS = {"webhook": ("url",), "slack": ("url", "channel"), "email": ("to", "from", "smarthost")}
+RECEIVER_OPTIONAL = {"name", "type", "severities", "send_resolved", "auth_username", "auth_password", "require_tls"}
+
+
+def _check_alert_receivers(defined: Defined, reader: _Reader) -> None:
+    if not isinstance(defined.value, list):
+        reader.problem(defined.key, "monitoring_alert_receivers must be a list of receivers", defined.file)
+        return
+    names: set[str] = set()
+    for index, receiver in enumerate(defined.value):
+        key = f"{defined.key}[{index}]"
+        if not isinstance(receiver, dict):
+            reader.problem(key, "a receiver is a mapping {name, type, ...}", defined.file)
+            continue
+        name, kind = receiver.get("name"), receiver.get("type")
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9_.-]+$", name) or name == "null":
+            reader.problem(f"{key}.name", "a receiver needs a name of letters, digits, '.', '_' or '-' (not 'null')",
+                           defined.file)
+        elif name in names:
+            reader.problem(f"{key}.name", f"receiver {name!r} is declared twice", defined.file)
+        names.add(str(name))
+        if kind not in RECEIVER_KEYS:
+            reader.problem(f"{key}.type", f"{kind!r} is not a receiver type: webhook, slack or email", defined.file)
+            continue
+        for needed in RECEIVER_KEYS[kind]:
+            if not isinstance(receiver.get(needed), str) or not receiver[needed]:
+                reader.problem(f"{key}.{needed}", f"a {kind} receiver needs {needed}", defined.file)
+        for extra in sorted(set(receiver) - RECEIVER_OPTIONAL - set(RECEIVER_KEYS[kind])):
+            reader.problem(f"{key}.{extra}", f"unknown key for a {kind} receiver"
+                           f"{_suggest(extra, sorted(RECEIVER_OPTIONAL | set(RECEIVER_KEYS[kind])))}", defined.file)
+        severities = receiver.get("severities", ["critical"])
+        if not isinstance(severities, list) or not severities or not set(severities) <= {"critical", "warning"}:
+            reader.problem(f"{key}.severities", "severities is a list of critical and/or warning", defined.file)
 
 
 def _check_version(defined: Defined, reader: _Reader) -> None:

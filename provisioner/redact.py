@@ -12,19 +12,24 @@ MASK = "********"
 SECRET_NAME = re.compile(r"(password|passwd|passphrase|secret|token|api_key|apikey|munge_key|private_key$|"
                          r"webhook_url|auth_key|credential)", re.IGNORECASE)
 MIN_SECRET_LENGTH = 4
+# Variables holding structures in which some plain-named keys are secrets: alert receivers'
+# URLs (Slack and webhook URLs carry their token) and passwords.
+SECRET_KEYS_WITHIN = {"monitoring_alert_receivers": {"url", "auth_password"}}
 
 
 def secret_values(hostvars: dict[str, dict[str, Any]]) -> set[str]:
     """Every string value held under a secret-looking variable name, at any depth."""
     found: set[str] = set()
 
-    def walk(value: Any, secret: bool) -> None:
+    def walk(value: Any, secret: bool, secret_keys: frozenset[str] = frozenset()) -> None:
         if isinstance(value, dict):
             for key, item in value.items():
-                walk(item, secret or bool(SECRET_NAME.search(str(key))))
+                within = secret_keys | SECRET_KEYS_WITHIN.get(str(key), set())
+                walk(item, secret or bool(SECRET_NAME.search(str(key))) or str(key) in secret_keys,
+                     frozenset(within))
         elif isinstance(value, list):
             for item in value:
-                walk(item, secret)
+                walk(item, secret, secret_keys)
         elif secret and isinstance(value, str | int) and not isinstance(value, bool):
             text = str(value)
             if len(text) >= MIN_SECRET_LENGTH:

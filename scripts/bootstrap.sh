@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install what the project needs on a Debian 12 (or Ubuntu) machine, as root:
-# system packages (Docker engine, debootstrap, SSH client, Python venv) and the Python
-# virtual environment .venv with the pinned dependencies. Safe to run again: it only
-# installs what is missing.
+# system packages (Docker engine, debootstrap, SSH client, Python venv), the Python
+# virtual environment .venv with the pinned dependencies, and promtool (the alert rules'
+# unit tests) taken out of the distribution's prometheus package, without installing the
+# package or starting its service. Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,5 +42,19 @@ if [ ! -e "$stamp" ]; then
   .venv/bin/python -m pip install --quiet -c constraints.txt -e '.[test]'
   rm -f .venv/.installed-*
   touch "$stamp"
+fi
+# The Prometheus version the monitoring role pins (roles/monitoring/defaults/main.yml).
+prometheus_version=$(sed -n 's/^monitoring_prometheus_version: "\(.*\)"$/\1/p' roles/monitoring/defaults/main.yml)
+if [ "$(.venv/bin/promtool --version 2>/dev/null | sed -n 's/^promtool, version \([^ ]*\).*/\1/p')" \
+     != "${prometheus_version%%-*}" ]; then
+  say "extracting promtool from prometheus $prometheus_version"
+  workdir=$(mktemp -d)
+  (cd "$workdir" && apt-get download -qq "prometheus=$prometheus_version" 2>/dev/null) || {
+    apt-get update -qq
+    (cd "$workdir" && apt-get download -qq "prometheus=$prometheus_version")
+  }
+  dpkg-deb -x "$workdir"/prometheus_*.deb "$workdir/root"
+  install -m 0755 "$workdir/root/usr/bin/promtool" .venv/bin/promtool
+  rm -rf "$workdir"
 fi
 say "ready: .venv/bin/provision"

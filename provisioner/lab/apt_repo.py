@@ -1,7 +1,7 @@
 """The lab's apt repository of stand-in NVIDIA packages, built with dpkg-deb.
 
 The packages carry the real names (nvidia-driver, nvidia-smi, nvidia-fabricmanager,
-datacenter-gpu-manager, doca-ofed) at several versions, so that pinning, holding, upgrading and
+datacenter-gpu-manager, datacenter-gpu-manager-exporter, doca-ofed) at several versions, so that pinning, holding, upgrading and
 downgrading are done by real apt. The stand-in nvidia-smi of each driver package reports
 that package's version. Built into `.lab/apt/` (a flat repository: Packages, Release) and
 served on the lab network by a small HTTP container; Molecule scenarios use it as a
@@ -24,6 +24,30 @@ REVISION = "1"
 # Driver versions the repository offers, with the CUDA version each driver reports.
 DRIVERS = {"535.161.08": "12.2", "550.54.15": "12.4"}
 DCGM_VERSIONS = ("1:3.3.9", "1:3.3.8")
+# dcgm-exporter releases, each paired with the DCGM it was built against.
+DCGM_EXPORTER_VERSIONS = {"3.3.9-3.6.1-1": "1:3.3.9", "3.3.8-3.6.0-1": "1:3.3.8"}
+# The exporter's shipped default collectors (the ECC, XID and violation fields are commented
+# out there, as upstream ships them: a deployment has to enable them).
+DCGM_EXPORTER_DEFAULT_COUNTERS = """# Format
+# If line starts with a '#' it is considered a comment
+# DCGM FIELD, Prometheus metric type, help message
+DCGM_FI_DEV_SM_CLOCK,  gauge, SM clock frequency (in MHz).
+DCGM_FI_DEV_MEM_CLOCK, gauge, Memory clock frequency (in MHz).
+DCGM_FI_DEV_MEMORY_TEMP, gauge, Memory temperature (in C).
+DCGM_FI_DEV_GPU_TEMP,    gauge, GPU temperature (in C).
+DCGM_FI_DEV_POWER_USAGE,              gauge, Power draw (in W).
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Total energy consumption since boot (in mJ).
+DCGM_FI_DEV_PCIE_REPLAY_COUNTER, counter, Total number of PCIe retries.
+DCGM_FI_DEV_GPU_UTIL,      gauge, GPU utilization (in %).
+DCGM_FI_DEV_MEM_COPY_UTIL, gauge, Memory utilization (in %).
+DCGM_FI_DEV_FB_FREE, gauge, Framebuffer memory free (in MiB).
+DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).
+# DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, Total number of single-bit volatile ECC errors.
+# DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total number of double-bit volatile ECC errors.
+DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for uncorrectable errors
+DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,   counter, Number of remapped rows for correctable errors
+DCGM_FI_DEV_ROW_REMAP_FAILURE,           gauge,   Whether remapping of rows has failed
+"""
 # DOCA-OFED versions (the doca-ofed metapackage; `ofed_info -s` reports OFED-internal-<version>).
 DOCA_OFED_VERSIONS = ("24.10-1.1.4", "24.07-0.6.1")
 # What the metapackage pulls in: the RDMA user space, here Debian's (DOCA ships its own builds).
@@ -132,6 +156,17 @@ def _packages() -> list[Deb]:
                    "/lib/systemd/system/nvidia-dcgm.service": (
                        SERVICE.format(description="NVIDIA DCGM host engine (lab stand-in)",
                                       command="/usr/bin/nv-hostengine"), 0o644)}))
+    exporter = (PACKAGES_DIR / "dcgm-exporter").read_text()
+    for version, dcgm in DCGM_EXPORTER_VERSIONS.items():
+        debs.append(Deb(
+            "datacenter-gpu-manager-exporter", version, "NVIDIA DCGM exporter for Prometheus (lab stand-in)",
+            depends=[f"datacenter-gpu-manager (= {dcgm})"],
+            files={"/usr/bin/dcgm-exporter": (exporter.replace("@VERSION@", version), 0o755),
+                   "/etc/dcgm-exporter/default-counters.csv": (DCGM_EXPORTER_DEFAULT_COUNTERS, 0o644),
+                   "/lib/systemd/system/nvidia-dcgm-exporter.service": (
+                       SERVICE.format(description="NVIDIA DCGM exporter (lab stand-in)",
+                                      command="/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv"),
+                       0o644)}))
     for doca in DOCA_OFED_VERSIONS:
         debs.append(Deb("doca-ofed", doca, "DOCA-OFED metapackage: RDMA stack for ConnectX HCAs (lab stand-in)",
                         depends=DOCA_OFED_DEPENDS,

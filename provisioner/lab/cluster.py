@@ -232,11 +232,22 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "nccl_env": {"NCCL_IB_TIMEOUT": 22, "NCCL_IB_RETRY_CNT": 7},
         # Debian 12's Slurm, pinned as production pins it.
         "slurm_version": "22.05.8-4+deb12u3",
+        # The stand-in dcgm-exporter paired with DCGM 3.3.9.
+        "dcgm_exporter_version": "3.3.9-3.6.1-1",
+        # Fast enough for tests to see an alert within a minute.
+        "monitoring_scrape_interval": "5s",
+        "monitoring_evaluation_interval": "5s",
+        "monitoring_alert_group_wait": "5s",
+        # Grafana's package repository is out of reach here: dashboards are provisioned as files.
+        "monitoring_grafana_install": False,
     }
     (directory / "group_vars" / "all.yml").write_text(header + yaml.safe_dump(cluster, sort_keys=False))
     gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": LAB_HCAS,
                 # Containers share the host's kernel: RDMA modules cannot be loaded from a node.
                 "infiniband_kernel_modules_load": False}
+    # The simulated HCAs' sysfs view (rendered from the node's hardware state), read by
+    # node_exporter's infiniband collector as it reads /sys on a real node.
+    gpu_vars["monitoring_node_exporter_sysfs"] = f"{hw_state.NODE_STATE_MOUNT}/{hw_state.SYSFS_DIR_NAME}"
     if host_lacks_sys_resource():
         # No process on this host can raise a hard limit (CAP_SYS_RESOURCE is missing from
         # the bounding set), so no lab node can: the memlock limit is written, not checked.

@@ -6,15 +6,22 @@ through this file. The stand-ins read it on every call, so a change shows at onc
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import tempfile
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 STATE_FILE_NAME = "state.json"
 NODE_STATE_MOUNT = "/var/lib/lab-hw"
+# The HCAs' sysfs view, rendered beside the state (node_exporter's --path.sysfs in the lab).
+SYSFS_DIR_NAME = "sys"
+HW_TOOL = Path(__file__).resolve().parent / "standins" / "lab-hw-tool"
 
 DEFAULT_DRIVER_VERSION = "535.161.08"
 DEFAULT_GPU_NAME = "NVIDIA H100 80GB HBM3"
@@ -86,14 +93,26 @@ def read_state(directory: Path) -> dict[str, Any]:
     return json.loads((directory / STATE_FILE_NAME).read_text(encoding="utf-8"))
 
 
+@cache
+def _hw_tool() -> ModuleType:
+    """The stand-in HCA tool as a module: its sysfs renderer is the one the nodes use."""
+    loader = importlib.machinery.SourceFileLoader("lab_hw_tool", str(HW_TOOL))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
 def write_state(directory: Path, state: dict[str, Any]) -> None:
-    """Write atomically (the stand-ins may read at any moment)."""
+    """Write atomically (the stand-ins may read at any moment), then render the sysfs view."""
     directory.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".state-")
     with os.fdopen(handle, "w", encoding="utf-8") as stream:
         json.dump(state, stream, indent=2)
     os.chmod(temporary, 0o644)
     os.replace(temporary, directory / STATE_FILE_NAME)
+    _hw_tool().render_sysfs(state, str(directory / SYSFS_DIR_NAME))
 
 
 def update_state(directory: Path, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:

@@ -42,13 +42,20 @@ def parse_dcgmi_diag(text: str) -> dict[str, Any]:
 
 
 def parse_dcgm_metrics(text: str) -> dict[str, Any]:
-    """Parse dcgm-exporter's /metrics (Prometheus text format)."""
+    """Parse dcgm-exporter's /metrics (Prometheus text format).
+
+    Names are kept as the exporter wrote them, as Prometheus stores them: the client
+    library's parser appends `_total` to counter samples (DCGM_FI_DEV_PCIE_REPLAY_COUNTER
+    would become ..._COUNTER_total), which no query would find."""
+    written = {line.split("{", 1)[0].split(" ", 1)[0] for line in text.splitlines()
+               if line.strip() and not line.startswith("#")}
     samples: list[dict[str, Any]] = []
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 value = sample.value
-                samples.append({"name": sample.name, "labels": dict(sample.labels),
+                name = sample.name if sample.name in written else family.name
+                samples.append({"name": name, "labels": dict(sample.labels),
                                 "value": None if math.isnan(value) else value})
     except (ValueError, TypeError) as error:
         raise ParseError(f"not Prometheus metrics text: {error}") from error

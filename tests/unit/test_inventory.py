@@ -238,3 +238,30 @@ def test_subnet_manager_hosts_are_refused_with_the_reason(example_inventory: Pat
     _edit(example_inventory / "hosts.yml",
           lambda d: d["all"]["children"].__setitem__("subnet_managers", {"hosts": {"ctl01": None}}))
     _one(example_inventory, "all.children.subnet_managers", "run the subnet manager on the switches")
+
+
+def test_alert_receiver_errors_name_the_key_and_never_echo_the_url(example_inventory: Path):
+    secret = "https://hooks.slack.example/services/T0/B0/very-secret-token"
+    _edit(example_inventory / "group_vars" / "all.yml", lambda d: d.__setitem__("monitoring_alert_receivers", [
+        {"name": "chat", "type": "slack", "url": secret},
+        {"name": "chat", "type": "pager"},
+        {"name": "mail", "type": "email", "to": "ops@example.com", "from": "am@example.com",
+         "smarthost": "smtp:587", "severity": ["critical"]}]))
+    problems = _problems(example_inventory)
+    assert any("monitoring_alert_receivers[0].channel" in p and "a slack receiver needs channel" in p
+               for p in problems)
+    assert any("monitoring_alert_receivers[1].name" in p and "declared twice" in p for p in problems)
+    assert any("monitoring_alert_receivers[1].type" in p and "'pager' is not a receiver type" in p for p in problems)
+    assert any("monitoring_alert_receivers[2].severity" in p and "did you mean 'severities'" in p for p in problems)
+    assert all(p.startswith("group_vars/all.yml") or "all.yml" in p.split(":")[0] for p in problems)
+    assert not any("very-secret-token" in p for p in problems)
+
+
+def test_receiver_urls_are_scrubbed_from_run_records():
+    from provisioner.redact import Redactor, secret_values
+
+    hostvars = {"ctl01": {"monitoring_alert_receivers": [
+        {"name": "chat", "type": "slack", "url": "https://hooks.slack.example/T0/B0/tok3n", "channel": "#gpu"}]}}
+    secrets = secret_values(hostvars)
+    assert secrets == {"https://hooks.slack.example/T0/B0/tok3n"}
+    assert Redactor(secrets).text("posting to https://hooks.slack.example/T0/B0/tok3n") == "posting to ********"

@@ -345,6 +345,10 @@ def test_dcgm_exporter_metrics(shared_fixtures: Path):
     assert temperature["labels"]["DCGM_FI_DRIVER_VERSION"] == "580.105.08"
     remapped = [s for s in samples if "ROW_REMAP" in s["name"] or "REMAPPED" in s["name"]]
     assert remapped and all(s["value"] == 0 for s in remapped)
+    # Counters keep the names the exporter writes (and Prometheus stores): no `_total` added.
+    written = {line.split("{")[0] for line in read(shared_fixtures, METRICS).splitlines() if not line.startswith("#")}
+    assert names == written - {""}
+    assert {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"} <= names
 
 
 def test_dcgm_metrics_rejects_other_text(shared_fixtures: Path):

@@ -1,0 +1,129 @@
+"""Monitoring on the lab: real Prometheus, Alertmanager and node_exporter, the stand-in
+dcgm-exporter, alerts reaching Alertmanager from injected hardware faults, dashboards'
+queries against the live Prometheus, limited runs and secrets."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provisioner.cli import main
+from provisioner.lab import cluster
+from provisioner.lab.state import update_state
+
+from .conftest import LAB_GPUS, node_exec
+
+pytestmark = pytest.mark.lab
+LAB = "lab"
+SERVER = "ctl01"
+
+
+def _get(lab: dict[str, str], port: int, path: str, **params: str):
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    with urllib.request.urlopen(f"http://{lab[SERVER]}:{port}{path}{query}", timeout=10) as response:
+        return json.loads(response.read())
+
+
+def promql(lab: dict[str, str], expr: str) -> list[dict]:
+    answer = _get(lab, 9090, "/api/v1/query", query=expr)
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def test_every_target_is_up_and_labelled_with_its_slurm_node(provisioned_lab):
+    up = {(r["metric"]["job"], r["metric"]["instance"]): r for r in promql(provisioned_lab, "up")}
+    assert set(up) == {("node", "ctl01"), ("node", "gpu01"), ("node", "gpu02"), ("dcgm", "gpu01"),
+                       ("dcgm", "gpu02"), ("prometheus", "ctl01"), ("alertmanager", "ctl01")}
+    assert {r["value"][1] for r in up.values()} == {"1"}
+    labels = up[("dcgm", "gpu02")]["metric"]
+    assert (labels["slurm_node"], labels["partition"], labels["gpu_model"]) == ("gpu02", "gpu,debug", "H100-SXM5-80GB")
+    gpus = promql(provisioned_lab, "count by (instance) (DCGM_FI_DEV_GPU_TEMP)")
+    assert {r["metric"]["instance"]: r["value"][1] for r in gpus} == {"gpu01": str(LAB_GPUS), "gpu02": str(LAB_GPUS)}
+    ports = promql(provisioned_lab, "count by (instance) (node_infiniband_state_id == 4)")
+    assert {r["metric"]["instance"]: r["value"][1] for r in ports} == {"gpu01": "2", "gpu02": "2"}
+    assert promql(provisioned_lab, 'ALERTS{alertstate="firing"}') == []
+
+
+def test_injected_faults_reach_alertmanager_naming_the_node(healthy_lab):
+    """Correctable ECC errors growing on gpu02's GPU 3 and a link-down event on gpu01's mlx5_1
+    (faults that do not drain the node in Slurm) arrive in Alertmanager with the node's name."""
+    def ecc(state):
+        state["gpus"][3]["ecc_errors"]["volatile"]["dram_correctable"] = 5
+
+    def link_down(state):
+        state["hcas"][1]["ports"][0].setdefault("counters", {})["link_downed"] = 1
+
+    update_state(cluster.node_hw_dir("gpu02"), ecc)
+    update_state(cluster.node_hw_dir("gpu01"), link_down)
+
+    def alerts():
+        found = {(a["labels"]["alertname"], a["labels"]["instance"]): a["labels"]
+                 for a in _get(healthy_lab, 9093, "/api/v2/alerts", active="true")}
+        wanted = {("GPUCorrectableECCErrorsGrowing", "gpu02"), ("InfiniBandLinkFlapping", "gpu01")}
+        return found if wanted <= set(found) else None
+
+    found = wait_for(alerts, 120, "the ECC and link alerts in Alertmanager")
+    ecc_alert = found[("GPUCorrectableECCErrorsGrowing", "gpu02")]
+    assert (ecc_alert["gpu"], ecc_alert["slurm_node"], ecc_alert["severity"]) == ("3", "gpu02", "warning")
+    assert ecc_alert["partition"] == "gpu,debug" and ecc_alert["gpu_model"] == "H100-SXM5-80GB"
+    link_alert = found[("InfiniBandLinkFlapping", "gpu01")]
+    assert (link_alert["device"], link_alert["port"], link_alert["slurm_node"]) == ("mlx5_1", "1", "gpu01")
+    assert ("GPUCorrectableECCErrorsGrowing", "gpu01") not in found
+
+
+def test_every_dashboard_query_is_accepted_and_returns_series(provisioned_lab):
+    listing = node_exec(SERVER, "sh", "-c", "ls /var/lib/grafana/dashboards/provision/*.json")
+    paths = listing.stdout.split()
+    assert len(paths) == 3, listing.stderr
+    datasource = yaml.safe_load(node_exec(SERVER, "cat", "/etc/grafana/provisioning/datasources/provision.yml").stdout)
+    uid = datasource["datasources"][0]["uid"]
+    empty = []
+    for path in paths:
+        dashboard = json.loads(node_exec(SERVER, "cat", path).stdout)
+        for panel in dashboard["panels"]:
+            for target in panel.get("targets", []):
+                assert target["datasource"]["uid"] == uid
+                expr = target["expr"].replace("$host", ".+").replace("$__rate_interval", "1m")
+                if not promql(provisioned_lab, expr):
+                    empty.append(f"{dashboard['uid']} / {panel['title']}: {expr}")
+    assert empty == [], "queries without series:\n" + "\n".join(empty)
+
+
+def test_limited_run_keeps_every_target_and_never_logs_the_receiver_secret(provisioned_lab, tmp_path: Path):
+    secret = "lab-secret-token-5f2c91"
+    host_vars = cluster.lab_inventory_dir() / "host_vars"
+    host_vars.mkdir(exist_ok=True)
+    (host_vars / "ctl01.yml").write_text(yaml.safe_dump({"monitoring_alert_receivers": [
+        {"name": "chat", "type": "slack", "url": f"https://hooks.slack.invalid/services/{secret}",
+         "channel": "#gpu-alerts", "severities": ["critical"]}]}))
+    try:
+        assert main(["apply", "--inventory", LAB, "--limit", SERVER, "--tags", "monitoring"]) == 0
+        targets = yaml.safe_load(node_exec(SERVER, "cat", "/etc/prometheus/targets/dcgm.yml").stdout)
+        assert [entry["labels"]["instance"] for entry in targets] == ["gpu01", "gpu02"]
+        config = node_exec(SERVER, "cat", "/etc/prometheus/alertmanager.yml").stdout
+        assert secret in config
+        status = _get(provisioned_lab, 9093, "/api/v2/status")
+        assert "chat" in status["config"]["original"]
+        leaked = [str(path) for path in (tmp_path / "runs").rglob("*") if path.is_file()
+                  and secret in path.read_text(errors="replace")]
+        assert leaked == []
+    finally:
+        (host_vars / "ctl01.yml").unlink()
+        host_vars.rmdir()
+        assert main(["apply", "--inventory", LAB, "--limit", SERVER, "--tags", "monitoring"]) == 0
