@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from provisioner import fabric, fleet, monitoring, nccl_profiles, slurm_config, tables
+from provisioner import fabric, fleet, monitoring, nccl_profiles, packages, slurm_config, tables
 from provisioner.parsers import PARSERS, ParseError, parse_nvidia_smi_csv
 
 
@@ -132,6 +132,10 @@ def target_table(rows: list[dict[str, str]]) -> str:
     return tables.text_table(rows, ("job", "host", "health", "error"))
 
 
+def packages_to_change(wanted: dict[str, str], installed: dict[str, list[dict[str, Any]]]) -> list[str]:
+    return packages.packages_to_change(dict(wanted), dict(installed))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -162,4 +166,5 @@ class FilterModule:
             "dcgm_exporter_problems": dcgm_exporter_problems,
             "monitoring_target_problems": monitoring_target_problems,
             "target_table": target_table,
+            "packages_to_change": packages_to_change,
         }

@@ -56,3 +56,13 @@ def test_table_lists_host_component_expected_found():
     assert header.split() == ["host", "component", "expected", "found"]
     assert row.split()[0] == "gpu07" and row.endswith("28.37.1014")
     assert table([]) == "every node matches"
+
+
+def test_packages_to_change_names_missing_and_other_versions_only():
+    from provisioner.packages import packages_to_change
+
+    installed = {"slurmd": [{"version": "22.05.8-4+deb12u3"}], "munge": [{"version": "0.5.15-2"}],
+                 "nvidia-smi": [{"version": "550.54.15-1"}]}
+    wanted = {"slurmd": "22.05.8-4+deb12u3", "munge": "", "nvidia-smi": "535.161.08-1", "nvidia-driver": "535.161.08-1"}
+    assert packages_to_change(wanted, installed) == ["nvidia-smi", "nvidia-driver"]
+    assert packages_to_change({"slurmd": "22.05.8-4+deb12u3", "munge": ""}, installed) == []
