@@ -78,7 +78,8 @@ def fabric_ports(ibstat: dict[str, Any], fabric: str, names: list[str] | None = 
     if fabric not in LINK_LAYERS:
         return []
     layer = LINK_LAYERS[fabric]
-    return [{"device": ca["name"], "port": str(port["port"])} for ca in _fabric_cas(ibstat.get("cas") or [], fabric, names)
+    return [{"device": ca["name"], "port": str(port["port"])}
+            for ca in _fabric_cas(ibstat.get("cas") or [], fabric, names)
             for port in ca["ports"] if port.get("link_layer") == layer]
 
 

@@ -1,11 +1,11 @@
 """The lab's apt repository of stand-in NVIDIA packages, built with dpkg-deb.
 
 The packages carry the real names (nvidia-driver, nvidia-smi, nvidia-fabricmanager,
-datacenter-gpu-manager, datacenter-gpu-manager-exporter, doca-ofed) at several versions, so that pinning, holding, upgrading and
-downgrading are done by real apt. The stand-in nvidia-smi of each driver package reports
-that package's version. Built into `.lab/apt/` (a flat repository: Packages, Release) and
-served on the lab network by a small HTTP container; Molecule scenarios use it as a
-file: repository.
+datacenter-gpu-manager, datacenter-gpu-manager-exporter, doca-ofed) at several versions, so
+that pinning, holding, upgrading and downgrading are done by real apt. The stand-in
+nvidia-smi of each driver package reports that package's version. Built into `.lab/apt/`
+(a flat repository: Packages, Release) and served on the lab network by a small HTTP
+container; Molecule scenarios use it as a file: repository.
 """
 
 from __future__ import annotations

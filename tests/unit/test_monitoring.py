@@ -42,7 +42,8 @@ def test_targets_come_from_the_inventory_not_from_the_run():
 
 
 def test_alertmanager_routes_each_receiver_its_severities_and_keeps_the_null_receiver():
-    receivers = [{"name": "oncall", "type": "webhook", "url": "https://hooks.example/alert", "severities": ["critical"]},
+    receivers = [{"name": "oncall", "type": "webhook", "url": "https://hooks.example/alert",
+                  "severities": ["critical"]},
                  {"name": "chat", "type": "slack", "url": "https://hooks.slack.example/T/B/secret", "channel": "#gpu"},
                  {"name": "mail", "type": "email", "to": "ops@example.com", "from": "am@example.com",
                   "smarthost": "smtp.example.com:587", "auth_username": "am", "auth_password": "s3cret"}]
@@ -135,7 +136,8 @@ def test_fabric_ports_include_down_ports_and_skip_other_link_layers(shared_fixtu
                   if port["link_layer"] == "InfiniBand"]
     assert [(p["device"], p["port"]) for p in ports] == infiniband
     # The fixture's three down ports are Ethernet ports of the same host: not the fabric's.
-    down = [(ca["name"], str(port["port"])) for ca in ibstat["cas"] for port in ca["ports"] if port["state"] != "Active"]
+    down = [(ca["name"], str(port["port"])) for ca in ibstat["cas"] for port in ca["ports"]
+            if port["state"] != "Active"]
     assert len(down) == 3 and not set(down) & {(p["device"], p["port"]) for p in ports}
     assert len(ports) == 8
     assert fabric_ports(ibstat, "ethernet") == []
