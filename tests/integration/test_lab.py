@@ -134,14 +134,14 @@ def test_apply_succeeds_and_a_second_apply_changes_nothing(healthy_lab, tmp_path
 
 
 def test_become_is_used_over_an_unprivileged_ssh_user(provisioned_lab, tmp_path: Path):
-    assert main(["apply", "--inventory", LAB, "--limit", "gpu01"]) == 0
+    assert main(["apply", "--inventory", LAB, "--limit", "gpu01", "--tags", "preflight"]) == 0
     owner = node_exec("gpu01", "stat", "-c", "%U", "/etc/ansible/facts.d/provision_host.fact").stdout.strip()
     assert owner == "root"
     assert node_exec("gpu01", "id", "-u", "provision").stdout.strip() != "0"
 
 
 def test_limited_run_still_gathers_facts_from_every_host(provisioned_lab, tmp_path: Path):
-    assert main(["apply", "--inventory", LAB, "--limit", "gpu01"]) == 0
+    assert main(["apply", "--inventory", LAB, "--limit", "gpu01", "--tags", "preflight"]) == 0
     summary = last_summary(tmp_path)
     assert set(summary["hosts"]) == {"gpu01"}
     gathered = {
@@ -156,7 +156,7 @@ def test_limited_run_still_gathers_facts_from_every_host(provisioned_lab, tmp_pa
 
 def test_missing_gpu_fails_that_node_only_and_retry_failed_reruns_it(healthy_lab, tmp_path: Path):
     update_state(cluster.node_hw_dir("gpu02"), lambda state: state["gpus"].pop())
-    assert main(["apply", "--inventory", LAB]) == 1
+    assert main(["apply", "--inventory", LAB, "--tags", "gpu_driver"]) == 1
     summary = last_summary(tmp_path)
     assert summary["hosts_failed"] == ["gpu02"]
     assert summary["hosts"]["gpu01"]["status"] == "ok" and summary["hosts"]["ctl01"]["status"] == "ok"
@@ -164,7 +164,7 @@ def test_missing_gpu_fails_that_node_only_and_retry_failed_reruns_it(healthy_lab
     assert "gpu02: the inventory declares 8 x H100-SXM5-80GB, nvidia-smi lists 7 GPU(s)" in message
 
     update_state(cluster.node_hw_dir("gpu02"), lambda state: state["gpus"].append(dict(state["gpus"][0], index=7)))
-    assert main(["apply", "--inventory", LAB, "--retry-failed"]) == 0
+    assert main(["apply", "--inventory", LAB, "--retry-failed", "--tags", "gpu_driver"]) == 0
     retry = last_summary(tmp_path)
     assert retry["limit"] == "gpu02" and set(retry["hosts"]) == {"gpu02"}
 
@@ -173,7 +173,7 @@ def test_unreachable_node_is_named_and_the_others_complete(provisioned_lab, tmp_
     subprocess.run(["docker", "stop", "--time", "1", cluster.container_name("gpu02")], check=True,
                    capture_output=True)
     try:
-        assert main(["apply", "--inventory", LAB]) == 1
+        assert main(["apply", "--inventory", LAB, "--tags", "preflight"]) == 1
         summary = last_summary(tmp_path)
         assert summary["hosts_unreachable"] == ["gpu02"]
         assert summary["hosts"]["gpu01"]["status"] == "ok" and summary["hosts"]["ctl01"]["status"] == "ok"
@@ -184,16 +184,15 @@ def test_unreachable_node_is_named_and_the_others_complete(provisioned_lab, tmp_
 
 
 def test_check_finds_no_drift_after_apply_then_names_a_drifted_node(provisioned_lab, tmp_path: Path, capsys):
-    assert main(["apply", "--inventory", LAB]) == 0
-    assert main(["check", "--inventory", LAB]) == 0
+    assert main(["check", "--inventory", LAB]) == 0  # every phase, in check mode
     node_exec("gpu01", "sh", "-c", "echo '{}' > /etc/ansible/facts.d/provision_host.fact")
     capsys.readouterr()
-    assert main(["check", "--inventory", LAB]) == 3
+    assert main(["check", "--inventory", LAB, "--tags", "preflight"]) == 3
     summary = last_summary(tmp_path)
     assert {change["host"] for change in summary["changes"]} == {"gpu01"}
     assert "gpu01" in capsys.readouterr().out.split("what would change")[1]
-    assert main(["apply", "--inventory", LAB]) == 0
-    assert main(["check", "--inventory", LAB]) == 0
+    assert main(["apply", "--inventory", LAB, "--tags", "preflight"]) == 0
+    assert main(["check", "--inventory", LAB, "--tags", "preflight"]) == 0
 
 
 def _hca_firmware(node: str, version: str, image: str | None = None):
@@ -208,7 +207,7 @@ def _hca_firmware(node: str, version: str, image: str | None = None):
 
 def test_node_with_other_hca_firmware_fails_naming_it_and_both_versions(healthy_lab, tmp_path: Path, capsys):
     _hca_firmware("gpu02", "28.37.1014")
-    assert main(["apply", "--inventory", LAB]) == 1
+    assert main(["apply", "--inventory", LAB, "--tags", "firmware"]) == 1
     summary = last_summary(tmp_path)
     assert summary["hosts_failed"] == ["gpu02"]
     assert summary["hosts"]["gpu01"]["status"] == "ok"
@@ -225,7 +224,7 @@ def test_allowed_firmware_update_brings_the_node_in_line(healthy_lab, tmp_path: 
     host_vars.mkdir(exist_ok=True)
     (host_vars / "gpu02.yml").write_text("firmware_update_allowed: true\n")
     try:
-        assert main(["apply", "--inventory", LAB, "--limit", "gpu02"]) == 0
+        assert main(["apply", "--inventory", LAB, "--limit", "gpu02", "--tags", "firmware"]) == 0
     finally:
         (host_vars / "gpu02.yml").unlink()
         host_vars.rmdir()
@@ -236,9 +235,9 @@ def test_allowed_firmware_update_brings_the_node_in_line(healthy_lab, tmp_path: 
 
 
 def test_check_reports_firmware_that_moved_since_the_apply(healthy_lab, tmp_path: Path):
-    assert main(["apply", "--inventory", LAB]) == 0
+    assert main(["apply", "--inventory", LAB, "--tags", "firmware"]) == 0
     _hca_firmware("gpu01", "28.40.1000", image="28.40.1000")  # updated out of band
-    assert main(["check", "--inventory", LAB]) == 1
+    assert main(["check", "--inventory", LAB, "--tags", "firmware"]) == 1
     summary = last_summary(tmp_path)
     assert summary["hosts_failed"] == ["gpu01"]
     assert "28.40.1000" in summary["hosts"]["gpu01"]["failures"][0]["message"]
