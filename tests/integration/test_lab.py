@@ -156,7 +156,7 @@ def test_limited_run_still_gathers_facts_from_every_host(provisioned_lab, tmp_pa
 
 def test_missing_gpu_fails_that_node_only_and_retry_failed_reruns_it(healthy_lab, tmp_path: Path):
     update_state(cluster.node_hw_dir("gpu02"), lambda state: state["gpus"].pop())
-    assert main(["apply", "--inventory", LAB, "--tags", "gpu_driver"]) == 1
+    assert main(["apply", "--inventory", LAB, "--tags", "preflight"]) == 1
     summary = last_summary(tmp_path)
     assert summary["hosts_failed"] == ["gpu02"]
     assert summary["hosts"]["gpu01"]["status"] == "ok" and summary["hosts"]["ctl01"]["status"] == "ok"
@@ -164,7 +164,7 @@ def test_missing_gpu_fails_that_node_only_and_retry_failed_reruns_it(healthy_lab
     assert "gpu02: the inventory declares 8 x H100-SXM5-80GB, nvidia-smi lists 7 GPU(s)" in message
 
     update_state(cluster.node_hw_dir("gpu02"), lambda state: state["gpus"].append(dict(state["gpus"][0], index=7)))
-    assert main(["apply", "--inventory", LAB, "--retry-failed", "--tags", "gpu_driver"]) == 0
+    assert main(["apply", "--inventory", LAB, "--retry-failed", "--tags", "preflight"]) == 0
     retry = last_summary(tmp_path)
     assert retry["limit"] == "gpu02" and set(retry["hosts"]) == {"gpu02"}
 
