@@ -13,6 +13,7 @@ from provisioner.parsers.common import ParseError
 from provisioner.parsers.dcgm import parse_dcgm_metrics, parse_dcgmi_diag
 from provisioner.parsers.ibstat import parse_ibstat, parse_ibv_devinfo
 from provisioner.parsers.mlxfw import parse_flint, parse_mlxfwmanager
+from provisioner.parsers.nccl_tests import parse_nccl_tests
 from provisioner.parsers.nvidia_smi import parse_nvidia_smi_csv, parse_nvidia_smi_q
 
 PARSERS: dict[str, Callable[[str], dict[str, Any]]] = {
@@ -23,6 +24,7 @@ PARSERS: dict[str, Callable[[str], dict[str, Any]]] = {
     "flint": parse_flint,
     "dcgmi-diag": parse_dcgmi_diag,
     "dcgm-metrics": parse_dcgm_metrics,
+    "nccl-tests": parse_nccl_tests,
 }
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "parse_ibstat",
     "parse_ibv_devinfo",
     "parse_mlxfwmanager",
+    "parse_nccl_tests",
     "parse_nvidia_smi_csv",
     "parse_nvidia_smi_q",
 ]
