@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -117,12 +118,28 @@ def apt_repo_dir() -> Path:
     return lab_dir() / "apt"
 
 
+def lab_instance() -> str:
+    """This lab folder's identity (made once with the folder). A container made for a folder
+    that was deleted and made again at the same path holds mounts of the deleted one (old
+    keys, old hardware state): it must not be reused."""
+    stamp = lab_dir() / "instance-id"
+    if not stamp.exists():
+        lab_dir().mkdir(parents=True, exist_ok=True)
+        stamp.write_text(uuid.uuid4().hex + "\n")
+    return stamp.read_text().strip()
+
+
+def _made_for_this_lab(details: dict) -> bool:
+    labels = details["Config"]["Labels"]
+    return labels.get(f"{LABEL}.dir") == str(lab_dir()) and labels.get(f"{LABEL}.instance") == lab_instance()
+
+
 def _start_repo(image_id: str, log: Callable[[str], None]) -> None:
     """The lab's package mirror: an HTTP server over .lab/apt on the lab network (alias `repo`)."""
     name = container_name(REPO)
     details = _inspect(name)
     reusable = (details is not None and details["Image"] == image_id and details["State"]["Running"]
-                and details["Config"]["Labels"].get(f"{LABEL}.dir") == str(lab_dir()))
+                and _made_for_this_lab(details))
     if reusable:
         return
     if details is not None:
@@ -130,7 +147,7 @@ def _start_repo(image_id: str, log: Callable[[str], None]) -> None:
     log("starting the lab package repository")
     docker("run", "--detach", "--name", name, "--hostname", REPO, "--network", NETWORK, "--network-alias", REPO,
            "--label", f"{LABEL}=node", "--label", f"{LABEL}.role=repo", "--label", f"{LABEL}.dir={lab_dir()}",
-           "--volume", f"{apt_repo_dir()}:/srv/repo:ro", NODE_IMAGE,
+           "--label", f"{LABEL}.instance={lab_instance()}", "--volume", f"{apt_repo_dir()}:/srv/repo:ro", NODE_IMAGE,
            "python3", "-m", "http.server", str(REPO_PORT), "--directory", "/srv/repo")
 
 
@@ -150,7 +167,7 @@ def _create_container(node: str, role: str, gpus: int) -> None:
         "run", "--detach", "--name", container_name(node), "--hostname", node,
         "--network", NETWORK, "--network-alias", node,
         "--label", f"{LABEL}=node", "--label", f"{LABEL}.role={role}", "--label", f"{LABEL}.gpus={gpus}",
-        "--label", f"{LABEL}.dir={lab_dir()}",
+        "--label", f"{LABEL}.dir={lab_dir()}", "--label", f"{LABEL}.instance={lab_instance()}",
         "--privileged", "--cgroupns=host", "--volume", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
         "--tmpfs", "/run", "--tmpfs", "/run/lock",
         "--volume", f"{SHARED_VOLUME}:/shared",
@@ -292,7 +309,7 @@ def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = 
             details is not None
             and details["Image"] == image_id
             and details["Config"]["Labels"].get(f"{LABEL}.gpus") == str(gpus)
-            and details["Config"]["Labels"].get(f"{LABEL}.dir") == str(lab_dir())
+            and _made_for_this_lab(details)
         )
         if details is not None and not reusable:
             log(f"replacing lab container {container_name(node)} (made for another image, size or lab folder)")
