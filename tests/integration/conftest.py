@@ -31,10 +31,20 @@ def provisioned_lab(lab: dict[str, str], tmp_path_factory: pytest.TempPathFactor
     return lab
 
 
+HEALTH_CHECK = "/usr/local/sbin/provision-node-health"
+
+
 def reset_hardware() -> None:
+    """Healthy hardware again, and no drain left by it: Slurm's periodic health check may have
+    drained a node while a test broke its hardware; it resumes such a node on its next run,
+    which here is run at once rather than up to an interval later."""
     for number in range(1, LAB_NODES + 1):
         node = cluster.gpu_node_name(number)
         write_state(cluster.node_hw_dir(node), default_node_state(number, LAB_GPUS, cluster.LAB_HCAS))
+    for number in range(1, LAB_NODES + 1):
+        node = cluster.gpu_node_name(number)
+        subprocess.run(["docker", "exec", cluster.container_name(node), "sh", "-c",
+                        f"[ ! -x {HEALTH_CHECK} ] || {HEALTH_CHECK}"], capture_output=True, check=False, timeout=60)
 
 
 @pytest.fixture
