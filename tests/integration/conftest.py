@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 
@@ -57,3 +58,14 @@ def healthy_lab(provisioned_lab: dict[str, str]):
 def node_exec(node: str, *command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", "exec", cluster.container_name(node), *command], capture_output=True,
                           text=True, check=False, timeout=60)
+
+
+def wait_for(predicate, timeout: float = 60, what: str = "condition", interval: float = 1):
+    """Poll `predicate` until it returns something true (returned); fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -5,7 +5,6 @@ queries against the live Prometheus, limited runs and secrets."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -17,7 +16,7 @@ from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import update_state
 
-from .conftest import LAB_GPUS, node_exec
+from .conftest import LAB_GPUS, node_exec, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -34,16 +33,6 @@ def promql(lab: dict[str, str], expr: str) -> list[dict]:
     answer = _get(lab, 9090, "/api/v1/query", query=expr)
     assert answer["status"] == "success", answer
     return answer["data"]["result"]
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def test_every_target_is_up_and_labelled_with_its_slurm_node(provisioned_lab):
@@ -80,7 +69,7 @@ def test_injected_faults_reach_alertmanager_naming_the_node(healthy_lab):
         wanted = {("GPUCorrectableECCErrorsGrowing", "gpu02"), ("InfiniBandLinkFlapping", "gpu01")}
         return found if wanted <= set(found) else None
 
-    found = wait_for(alerts, 120, "the ECC and link alerts in Alertmanager")
+    found = wait_for(alerts, 120, "the ECC and link alerts in Alertmanager", interval=2)
     ecc_alert = found[("GPUCorrectableECCErrorsGrowing", "gpu02")]
     assert (ecc_alert["gpu"], ecc_alert["slurm_node"], ecc_alert["severity"]) == ("3", "gpu02", "warning")
     assert ecc_alert["partition"] == "gpu,debug" and ecc_alert["gpu_model"] == "H100-SXM5-80GB"

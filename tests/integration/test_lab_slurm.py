@@ -3,7 +3,6 @@ the health check, limited runs and partition changes."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from provisioner.lab import cluster
 from provisioner.lab.state import update_state
 from provisioner.records import read_summary
 
-from .conftest import LAB_GPUS, node_exec
+from .conftest import LAB_GPUS, node_exec, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -24,16 +23,6 @@ def ctl(*command: str) -> str:
     result = node_exec("ctl01", *command)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
-
-
-def wait_for(predicate, timeout: float = 60, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def test_every_node_idle_with_its_gpus(provisioned_lab):
