@@ -11,6 +11,7 @@ import shlex
 from typing import Any
 
 from provisioner import fabric, fleet, monitoring, nccl_profiles, packages, slurm_config, tables
+from provisioner.certify import jobs as certify_jobs
 from provisioner.parsers import PARSERS, ParseError, parse_nvidia_smi_csv
 
 
@@ -139,6 +140,9 @@ def packages_to_change(wanted: dict[str, str], installed: dict[str, list[dict[st
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "certify_srun_argv": certify_jobs.srun_argv,
+            "certify_busy_nodes": certify_jobs.busy_nodes,
+            "certify_results": certify_jobs.results,
             "parse_tool_output": parse_tool_output,
             "parse_nvidia_smi_query": parse_nvidia_smi_query,
             "fleet_differences": fleet_differences,

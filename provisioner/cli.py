@@ -51,6 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("kind", choices=sorted(PARSERS), help="which tool printed the file")
     inspect.add_argument("file", help="the tool's output ('-' for standard input)")
 
+    certify = commands.add_parser("certify", help="certify the cluster: NCCL tests and a smoke training, verdicts")
+    certify.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+    certify.add_argument("--nodes", help="comma-separated GPU nodes (default: every GPU node)")
+    certify.add_argument("--steps", type=int, help="smoke training steps (default: certification_steps, 1000)")
+    certify.add_argument("--drain-failed", action="store_true", help="drain failing nodes in Slurm with the reason")
+    certify.add_argument("--reservation", help="run inside this Slurm reservation (else the nodes must be idle)")
+    certify.add_argument("--only", choices=["communication", "training"],
+                         help="run one part only (default: both)")
+    certify.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+    # Testing only: perturb this rank's gradients to prove the gradient-norm check works.
+    certify.add_argument("--inject-grad-fault", type=int, help=argparse.SUPPRESS)
     lab = commands.add_parser("lab", help="the local lab of containers that act as cluster nodes")
     lab_commands = lab.add_subparsers(dest="lab_command", required=True)
     up = lab_commands.add_parser("up", help="build images (cached), start the controller and GPU nodes")
@@ -136,6 +147,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_certify(args: argparse.Namespace) -> int:
+    from provisioner.certify.run import PARTS, CertifyRequest, certify
+
+    request = CertifyRequest(
+        inventory=_load(args.inventory), runs_dir=runs_dir(args.runs_dir),
+        nodes=[n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None,
+        steps=args.steps, drain_failed=args.drain_failed, reservation=args.reservation,
+        parts=(args.only,) if args.only else PARTS, inject_grad_fault=args.inject_grad_fault,
+        argv=["provision", *sys.argv[1:]])
+    return certify(request, console)
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     from provisioner.lab import cluster
     from provisioner.lab.engine import EngineError
@@ -175,7 +198,7 @@ def _print_lab(statuses: list) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"inventory": cmd_validate, "apply": cmd_run, "check": cmd_run, "inspect": cmd_inspect,
-                "lab": cmd_lab}
+                "certify": cmd_certify, "lab": cmd_lab}
     try:
         return handlers[args.command](args)
     except InputError as error:

@@ -69,6 +69,15 @@ class Partition(BaseModel):
         return value
 
 
+class BusbwThresholds(BaseModel):
+    """Inventory overrides of the hardware profile's busbw thresholds (GB/s)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    intra_node: float | None = Field(default=None, gt=0)
+    inter_node: float | None = Field(default=None, gt=0)
+
+
 class ClusterVars(BaseModel):
     """Cluster-wide variables (the `all` group)."""
 
@@ -78,6 +87,18 @@ class ClusterVars(BaseModel):
     fabric: Literal["infiniband", "roce", "ethernet"] = "infiniband"
     slurm_partitions: list[Partition] = Field(default_factory=list)
     nccl_env: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    # provision certify: criteria and the smoke training (see provisioner.certify).
+    certification_profile: str | None = None
+    certification_busbw_thresholds_gbps: BusbwThresholds | None = None
+    certification_variance_percent: float = Field(default=5.0, gt=0, lt=100)
+    certification_step_time_cv_max: float = Field(default=0.05, gt=0)
+    certification_loss_drop_min: float = Field(default=0.5, gt=0, lt=1)
+    certification_preset: Literal["tiny", "small", "1b"] = "1b"
+    certification_steps: int = Field(default=1000, strict=True, ge=1)
+    certification_warmup_steps: int = Field(default=50, strict=True, ge=0)
+    certification_gradient_bytes: int = Field(default=8589934592, strict=True, ge=1)
+    certification_partition: str | None = None
+    certification_job_time_limit: str = "0:30:00"
 
 
 @dataclass

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from provisioner.inventory import PROJECT_ROOT
+from provisioner.lab import certify_files
 from provisioner.lab import state as hw_state
 from provisioner.lab.apt_repo import build_apt_repo
 from provisioner.lab.engine import EngineError, docker, ensure_engine, host_lacks_sys_resource
@@ -257,6 +258,25 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "monitoring_alert_group_wait": "5s",
         # Grafana's package repository is out of reach here: dashboards are provisioned as files.
         "monitoring_grafana_install": False,
+        # The certification toolkit from the lab repository: a wheelhouse and nccl-tests' (stand-in) source.
+        "certification_pip_find_links": f"http://{REPO}:{REPO_PORT}/{certify_files.WHEELHOUSE}/",
+        "certification_pip_extra_args": f"--trusted-host {REPO}",
+        "certification_nccl_tests_source": f"http://{REPO}:{REPO_PORT}/{certify_files.NCCL_TESTS_TARBALL}",
+        "certification_nccl_tests_version": "2.17.8+lab",
+        "certification_nccl_tests_make_vars": {},
+        # CPU-sized certification: two ranks per node on gloo, 16 MiB gradients, the tiny model.
+        "certification_procs_per_node": 2,
+        "certification_min_bytes": 1048576,
+        "certification_gradient_bytes": 16777216,
+        "certification_iters": 10,
+        "certification_warmup_iters": 2,
+        "certification_preset": "tiny",
+        "certification_profile": "lab-cpu",
+        "certification_srun_mpi": "none",
+        # Two containers share this machine's few CPUs: timings wander far more than on dedicated
+        # GPUs, so the lab allows more spread (a slowed node in the tests is several times slower).
+        "certification_variance_percent": 25,
+        "certification_step_time_cv_max": 0.3,
     }
     (directory / "group_vars" / "all.yml").write_text(header + yaml.safe_dump(cluster, sort_keys=False))
     gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": LAB_HCAS,
@@ -299,6 +319,7 @@ def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = 
         docker("rm", "--force", leftover)
     image_id = docker("image", "inspect", "--format", "{{.Id}}", NODE_IMAGE).stdout.strip()
     build_apt_repo(apt_repo_dir())
+    certify_files.publish(apt_repo_dir(), directory / "wheelhouse", log)
     _start_repo(image_id, log)
 
     addresses: dict[str, str] = {}

@@ -1,0 +1,1 @@
+"""Certification: Slurm jobs (nccl-tests, the torch sweep, the smoke training), criteria, reports."""

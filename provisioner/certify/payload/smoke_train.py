@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Smoke training: a small GPT-style decoder trained with DDP on synthetic data.
+
+Runs under torchrun on every rank: NCCL and the rank's GPU (LOCAL_RANK) where there are
+GPUs, gloo on CPU. The data has learnable structure (arithmetic progressions modulo the
+vocabulary with 10 % noise tokens), so a working cluster drives the loss well below its
+initial ln(vocab). Every step each rank records its loss, step time, forward time and the
+global gradient norm; the ranks exchange norm and loss every step and all stop at the first
+step where a loss is not finite or the ranks' gradient norms differ (after the all-reduce
+every rank must hold the same gradients). At the end the ranks compare parameter checksums.
+Rank 0 prints one line `PROVISION-TRAIN <json>` with every rank's records. Runs on the nodes: torch only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+@dataclass(frozen=True)
+class Preset:
+    vocab: int
+    width: int
+    layers: int
+    heads: int
+    sequence: int
+    batch: int
+    learning_rate: float
+    bf16: bool
+
+
+PRESETS = {
+    # CPU-sized: a lab or a login node; seconds per hundred steps on gloo.
+    "tiny": Preset(vocab=256, width=64, layers=2, heads=4, sequence=64, batch=8, learning_rate=3e-3, bf16=False),
+    "small": Preset(vocab=8192, width=768, layers=12, heads=12, sequence=1024, batch=8, learning_rate=6e-4, bf16=True),
+    # About 1.0 B parameters: one H100/H200 per rank, bf16 autocast.
+    "1b": Preset(vocab=32768, width=2048, layers=18, heads=16, sequence=2048, batch=4, learning_rate=3e-4, bf16=True),
+}
+# Dense bf16 peak of one GPU (TFLOP/s, without sparsity) by the name CUDA reports, for MFU.
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "B200": 2250.0}
+
+
+class Block(nn.Module):
+    def __init__(self, preset: Preset):
+        super().__init__()
+        self.heads = preset.heads
+        self.norm1 = nn.LayerNorm(preset.width)
+        self.qkv = nn.Linear(preset.width, 3 * preset.width)
+        self.proj = nn.Linear(preset.width, preset.width)
+        self.norm2 = nn.LayerNorm(preset.width)
+        self.mlp = nn.Sequential(nn.Linear(preset.width, 4 * preset.width), nn.GELU(),
+                                 nn.Linear(4 * preset.width, preset.width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, sequence, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(width, dim=2)
+        q, k, v = (t.view(batch, sequence, self.heads, width // self.heads).transpose(1, 2) for t in (q, k, v))
+        attention = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attention.transpose(1, 2).reshape(batch, sequence, width))
+        return x + self.mlp(self.norm2(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, preset: Preset):
+        super().__init__()
+        self.tokens = nn.Embedding(preset.vocab, preset.width)
+        self.positions = nn.Embedding(preset.sequence, preset.width)
+        self.blocks = nn.ModuleList(Block(preset) for _ in range(preset.layers))
+        self.norm = nn.LayerNorm(preset.width)
+        self.head = nn.Linear(preset.width, preset.vocab, bias=False)
+        self.head.weight = self.tokens.weight
+        self.apply(self._initialise)
+
+    @staticmethod
+    def _initialise(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.tokens(tokens) + self.positions(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def synthetic_batch(preset: Preset, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """Sequences start + stride*t (mod vocab), 10 % of tokens replaced by noise."""
+    shape = (preset.batch, 1)
+    start = torch.randint(0, preset.vocab, shape, generator=generator)
+    stride = torch.randint(1, 17, shape, generator=generator)
+    steps = torch.arange(preset.sequence + 1).unsqueeze(0)
+    tokens = (start + stride * steps) % preset.vocab
+    noise = torch.rand(tokens.shape, generator=generator) < 0.1
+    tokens = torch.where(noise, torch.randint(0, preset.vocab, tokens.shape, generator=generator), tokens)
+    return tokens.to(device)
+
+
+def device_for_rank() -> torch.device:
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def parameter_checksum(model: nn.Module) -> float:
+    """Sum of every parameter in float64: equal parameters give equal sums on every rank."""
+    with torch.no_grad():
+        return float(sum(p.detach().double().sum() for p in model.parameters()).item())
+
+
+def flops_per_token(model: nn.Module, preset: Preset) -> float:
+    """Training FLOPs per token: 6 x parameters + attention (12 x layers x width x sequence)."""
+    parameters = sum(p.numel() for p in model.parameters())
+    return 6 * parameters + 12 * preset.layers * preset.width * preset.sequence
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, tflops in PEAK_BF16_TFLOPS.items():
+        if key in name:
+            return tflops * 1e12
+    return None
+
+
+def first_violation(step: int, gathered: torch.Tensor, hosts: list[str], tolerance: float) -> dict | None:
+    """The online checks: every rank's loss finite, every rank's gradient norm the same."""
+    losses, norms = gathered[:, 0].tolist(), gathered[:, 1].tolist()
+    bad = [rank for rank, loss in enumerate(losses) if not math.isfinite(loss)]
+    if bad:
+        return {"check": "loss_finite", "step": step, "ranks": bad, "hosts": [hosts[r] for r in bad]}
+    def agree(a: float, b: float) -> bool:
+        return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= tolerance * max(abs(a), abs(b), 1e-30)
+
+    # The value most ranks hold is the reference; without a majority every rank is a suspect.
+    support = [sum(agree(norm, other) for other in norms) for norm in norms]
+    reference = norms[support.index(max(support))]
+    bad = [rank for rank, norm in enumerate(norms) if not agree(norm, reference)]
+    if bad and max(support) * 2 <= len(norms):
+        bad = list(range(len(norms)))
+    if bad:
+        return {"check": "grad_norm_consistency", "step": step, "ranks": bad, "hosts": [hosts[r] for r in bad],
+                "norms": norms}
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--grad-norm-tolerance", type=float, default=0.0,
+                        help="relative difference allowed between the ranks' gradient norms (0: identical)")
+    parser.add_argument("--inject-grad-fault", type=int, default=None, metavar="RANK",
+                        help="testing only: perturb this rank's gradients after the all-reduce")
+    parser.add_argument("--inject-at-step", type=int, default=20)
+    args = parser.parse_args()
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
+    preset = PRESETS[args.preset]
+    device = device_for_rank()
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    hosts: list[str] = [""] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+
+    torch.manual_seed(args.seed)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
+    model = Decoder(preset).to(device)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(ddp.parameters(), lr=preset.learning_rate, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
+    use_bf16 = preset.bf16 and device.type == "cuda"
+
+    records: dict[str, list[float]] = {"loss": [], "step_time_s": [], "forward_time_s": [], "grad_norm": []}
+    violation = None
+    started = time.perf_counter()
+    for step in range(args.steps):
+        tokens = synthetic_batch(preset, generator, device)
+        synchronize(device)
+        step_start = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            logits = ddp(tokens[:, :-1])
+            loss = F.cross_entropy(logits.float().reshape(-1, preset.vocab), tokens[:, 1:].reshape(-1))
+        synchronize(device)
+        forward_time = time.perf_counter() - step_start
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if args.inject_grad_fault == rank and step >= args.inject_at_step:
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.grad.add_(torch.randn_like(parameter.grad) * 1e-3)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        optimizer.step()
+        synchronize(device)
+        step_time = time.perf_counter() - step_start
+        local = torch.tensor([loss.item(), grad_norm.item()], dtype=torch.float64, device=device)
+        gathered = [torch.zeros_like(local) for _ in range(world)]
+        dist.all_gather(gathered, local)
+        records["loss"].append(local[0].item())
+        records["grad_norm"].append(local[1].item())
+        records["step_time_s"].append(step_time)
+        records["forward_time_s"].append(forward_time)
+        violation = first_violation(step, torch.stack(gathered).cpu(), hosts, args.grad_norm_tolerance)
+        if violation:
+            break
+    elapsed = time.perf_counter() - started
+    checksum = torch.tensor([parameter_checksum(model)], dtype=torch.float64, device=device)
+    checksums = [torch.zeros_like(checksum) for _ in range(world)]
+    dist.all_gather(checksums, checksum)
+    steps_done = len(records["loss"])
+    tokens_per_second = steps_done * preset.batch * preset.sequence * world / elapsed
+    peak = peak_flops(device)
+    flops = flops_per_token(model, preset)
+    result = {
+        "rank": rank, "world": world, "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "host": hosts[rank],
+        "hosts": hosts, "backend": dist.get_backend(), "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "preset": args.preset, "config": asdict(preset), "steps_requested": args.steps, "steps_done": steps_done,
+        "parameters": sum(p.numel() for p in model.parameters()), "bf16": use_bf16,
+        "fault_injected": args.inject_grad_fault is not None,
+        "violation": violation, "records": records, "parameter_checksum": checksum.item(),
+        "parameter_checksums": [c.item() for c in checksums], "elapsed_s": elapsed,
+        "tokens_per_second": tokens_per_second,
+        "mfu": tokens_per_second * flops / (world * peak) if peak else None,
+    }
+    # One writer: rank 0 prints every rank's result on one line (no interleaved output).
+    everyone: list[dict | None] = [None] * world
+    dist.all_gather_object(everyone, result)
+    if rank == 0:
+        print("PROVISION-TRAIN " + json.dumps({"ranks": everyone}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""All-reduce bandwidth sweep with torch.distributed, reported as nccl-tests reports it.
+
+Runs under torchrun on every rank (NCCL on GPUs, gloo on CPU). For each message size it
+checks the result (every rank adds rank+1: each element must equal n(n+1)/2), warms up,
+then times `--iters` all-reduces `--repeats` times; the median repeat is reported.
+algbw = size / time, busbw = algbw x 2(n-1)/n (nccl-tests' all_reduce correction).
+Rank 0 prints one line `PROVISION-SWEEP <json>`. Runs on the nodes: standard library and
+torch only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+DTYPES = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def parse_size(text: str) -> int:
+    """'1M' -> 1048576; plain numbers are bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper()
+    if text[-1:] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def sizes_between(minimum: int, maximum: int, extra: list[int]) -> list[int]:
+    """Powers of two from minimum to maximum, plus the extra sizes (e.g. the gradient size)."""
+    sizes, size = set(extra), minimum
+    while size <= maximum:
+        sizes.add(size)
+        size *= 2
+    return sorted(sizes)
+
+
+def device_for_rank() -> torch.device:
+    """This rank's GPU (LOCAL_RANK), or the CPU when the node has none."""
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def wrong_elements(tensor: torch.Tensor, world: int) -> int:
+    """Fill with rank+1, all-reduce, count elements that are not n(n+1)/2."""
+    tensor.fill_(dist.get_rank() + 1)
+    dist.all_reduce(tensor)
+    return int((tensor != world * (world + 1) // 2).sum().item())
+
+
+def time_all_reduce(tensor: torch.Tensor, iters: int, device: torch.device) -> float:
+    """Seconds per all-reduce, averaged over `iters` back-to-back operations."""
+    dist.barrier()
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(tensor)
+    synchronize(device)
+    return (time.perf_counter() - start) / iters
+
+
+def measure(size: int, dtype: torch.dtype, args: argparse.Namespace, device: torch.device) -> dict:
+    world = dist.get_world_size()
+    element = torch.tensor([], dtype=dtype).element_size()
+    count = max(1, size // element)
+    tensor = torch.empty(count, dtype=dtype, device=device)
+    wrong = wrong_elements(tensor, world) if args.check else None
+    for _ in range(args.warmup):
+        dist.all_reduce(tensor)
+    seconds = [time_all_reduce(tensor, args.iters, device) for _ in range(args.repeats)]
+    median = statistics.median(seconds)
+    factor = 2 * (world - 1) / world
+    algbw = count * element / median / 1e9
+    return {"size_bytes": count * element, "count": count, "time_us": round(median * 1e6, 2),
+            "algbw_gbps": round(algbw, 4), "busbw_gbps": round(algbw * factor, 4),
+            "repeats_busbw_gbps": [round(count * element / s / 1e9 * factor, 4) for s in seconds],
+            "wrong": wrong}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--min-bytes", default="1M")
+    parser.add_argument("--max-bytes", default="8G")
+    parser.add_argument("--gradient-bytes", default="8G", help="always measured: the model's gradient size")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-check", dest="check", action="store_false")
+    args = parser.parse_args()
+    if args.repeats < 1 or args.iters < 1:
+        parser.error("--repeats and --iters must be at least 1")
+    device = device_for_rank()
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend)
+    hosts: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    sizes = sizes_between(parse_size(args.min_bytes), parse_size(args.max_bytes), [parse_size(args.gradient_bytes)])
+    rows = [measure(size, DTYPES[args.dtype], args, device) for size in sizes]
+    if dist.get_rank() == 0:
+        report = {"collective": "all_reduce", "backend": backend, "ranks": dist.get_world_size(),
+                  "hosts": sorted(set(hosts)), "dtype": args.dtype, "iters": args.iters,
+                  "repeats": args.repeats, "rows": rows}
+        print("PROVISION-SWEEP " + json.dumps(report), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

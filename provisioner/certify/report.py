@@ -1,0 +1,129 @@
+"""The certification's reports: certification.json, JUnit XML, and an HTML page with plots."""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def write_json(path: Path, document: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    return path
+
+
+def write_junit(path: Path, document: dict[str, Any]) -> Path:
+    """One test suite per node (plus `fleet`), one test case per check covering it."""
+    suites = ET.Element("testsuites", name=f"certification {document['cluster']}")
+    for node in [*document["nodes"], "fleet"]:
+        checks = [c for c in document["checks"] if (node in c["nodes"]) or (node == "fleet" and len(c["nodes"]) > 1)]
+        if node != "fleet":
+            checks = [c for c in checks if len(c["nodes"]) == 1 or node in c["blamed"]]
+        suite = ET.SubElement(suites, "testsuite", name=node, tests=str(len(checks)),
+                              failures=str(sum(not c["passed"] for c in checks)))
+        for check in checks:
+            case = ET.SubElement(suite, "testcase", classname=f"certify.{node}", name=check["name"])
+            text = (f"measured {check['measured']} {check['unit']}, threshold {check['threshold']}; "
+                    f"{check['detail']}").strip()
+            if not check["passed"]:
+                failure = ET.SubElement(case, "failure", message=text[:300])
+                failure.text = text
+            else:
+                ET.SubElement(case, "system-out").text = text
+    ET.indent(suites)
+    path.write_bytes(ET.tostring(suites, encoding="utf-8", xml_declaration=True))
+    return path
+
+
+def _svg(figure: plt.Figure) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _bandwidth_plot(curves: list[dict[str, Any]], instrument: str) -> str | None:
+    mine = [c for c in curves if c["instrument"] == instrument]
+    if not mine:
+        return None
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    for curve in mine:
+        label = {"node": curve["nodes"][0], "all": "all nodes"}.get(curve["scope"], "+".join(curve["nodes"]))
+        axis.plot(curve["sizes_bytes"], curve["busbw_gbps"], marker="o", label=f"{curve['scope']}: {label}")
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("message size (bytes)")
+    axis.set_ylabel("busbw (GB/s)")
+    axis.set_title(f"{instrument}: all_reduce busbw by message size")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize="small")
+    return _svg(figure)
+
+
+def _training_plots(training: dict[str, Any]) -> list[str]:
+    if not training.get("mean_loss"):
+        return []
+    figure, axis = plt.subplots(figsize=(8, 4))
+    axis.plot(range(len(training["mean_loss"])), training["mean_loss"])
+    axis.set_xlabel("step")
+    axis.set_ylabel("loss (mean over ranks)")
+    axis.set_title("smoke training: loss")
+    axis.grid(True, alpha=0.3)
+    plots = [_svg(figure)]
+    if training.get("step_time_s"):
+        figure, axis = plt.subplots(figsize=(8, 4))
+        axis.hist([t * 1000 for t in training["step_time_s"]], bins=40)
+        axis.set_xlabel("step time after warm-up (ms, slowest rank per step)")
+        axis.set_ylabel("steps")
+        axis.set_title("smoke training: step-time distribution")
+        plots.append(_svg(figure))
+    return plots
+
+
+def write_html(path: Path, document: dict[str, Any]) -> Path:
+    verdict = "CERTIFIED" if document["certified"] else "NOT CERTIFIED"
+    rows = "".join(
+        f"<tr class='{'pass' if c['passed'] else 'fail'}'><td>{'pass' if c['passed'] else 'FAIL'}</td>"
+        f"<td>{html.escape(c['name'])}</td><td>{html.escape(', '.join(c['blamed']))}</td>"
+        f"<td>{html.escape(str(c['measured']))} {html.escape(c['unit'])}</td>"
+        f"<td>{html.escape(str(c['threshold']))}</td><td>{html.escape(c['detail'])}</td></tr>"
+        for c in document["checks"])
+    nodes = "".join(f"<tr class='{'pass' if v['certified'] else 'fail'}'><td>{html.escape(n)}</td>"
+                    f"<td>{'certified' if v['certified'] else 'FAILED'}</td>"
+                    f"<td>{html.escape(', '.join(v['failed_checks']))}</td></tr>"
+                    for n, v in document["node_verdicts"].items())
+    bandwidth = [_bandwidth_plot(document["curves"], instrument) for instrument in ("nccl-tests", "sweep")]
+    plots = [p for p in bandwidth if p] + _training_plots(document.get("training", {}))
+    training = document.get("training", {})
+    speed = ""
+    if training:
+        mfu = f", MFU {training['mfu']:.1%}" if training.get("mfu") else ""
+        speed = (f"<p>Smoke training: {training['ranks']} ranks, preset {html.escape(training['preset'])}, "
+                 f"{training['steps_done']}/{training['steps_requested']} steps, "
+                 f"{training['tokens_per_second']:.0f} tokens/s{mfu}.</p>")
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>Certification of {html.escape(document['cluster'])}</title>
+<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;font-size:90%}} .fail{{background:#fdd}} .pass{{background:#efe}}</style>
+</head><body>
+<h1>{html.escape(document['cluster'])}: {verdict}</h1>
+<p>{html.escape(document['started'])}, {document['duration_s']:.0f} s; thresholds: {html.escape(
+        document['thresholds']['source'])} (intra-node {document['thresholds']['intra_node_gbps']} GB/s, inter-node
+ {document['thresholds']['inter_node_gbps']} GB/s).</p>
+<h2>Nodes</h2><table><tr><th>node</th><th>verdict</th><th>failed checks</th></tr>{nodes}</table>
+{speed}
+<h2>Checks</h2><table><tr><th></th><th>check</th><th>blamed</th><th>measured</th><th>threshold</th><th>detail</th></tr>
+{rows}</table>
+<h2>Plots</h2>{''.join(f'<div>{p}</div>' for p in plots)}
+</body></html>
+"""
+    path.write_text(page)
+    return path
