@@ -1,0 +1,153 @@
+"""provision certify on the lab: Slurm jobs, gloo across the lab nodes, verdicts and reports."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.lab import cluster
+
+from .conftest import node_exec, wait_for
+
+pytestmark = pytest.mark.lab
+LAB = "lab"
+OTHER_DRIVER, LAB_DRIVER = "550.54.15-1", "535.161.08-1"
+DRIVER_PACKAGES = ("nvidia-driver", "nvidia-smi", "nvidia-fabricmanager")
+
+
+def last_record(tmp_path: Path, command: str = "certify") -> Path:
+    return sorted(p for p in (tmp_path / "runs").iterdir() if p.name.endswith(f"-{command}"))[-1]
+
+
+def certification(tmp_path: Path) -> dict:
+    return json.loads((last_record(tmp_path) / "certification.json").read_text())
+
+
+def slurm_state(node: str) -> str:
+    return node_exec("ctl01", "sinfo", "--noheader", "--Node", "--nodes", node, "--format", "%T %E").stdout.strip()
+
+
+def resume(node: str) -> None:
+    node_exec("ctl01", "scontrol", "update", f"nodename={node}", "state=resume")
+    wait_for(lambda: slurm_state(node).startswith("idle"), 60, f"{node} idle again")
+
+
+@pytest.fixture
+def certify_runs(healthy_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
+    for node in ("gpu01", "gpu02"):
+        if not slurm_state(node).startswith("idle"):
+            resume(node)
+    return tmp_path
+
+
+def test_the_lab_is_certified_with_evidence(certify_runs: Path):
+    assert main(["certify", "--inventory", LAB]) == 0
+    document = certification(certify_runs)
+    assert document["certified"] and document["nodes"] == ["gpu01", "gpu02"]
+    assert all(v["certified"] for v in document["node_verdicts"].values())
+    ids = {check["id"] for check in document["checks"]}
+    for node in ("gpu01", "gpu02"):
+        assert {f"nccl-tests.node.{node}.busbw", f"sweep.node.{node}.busbw", f"nccl-tests.node.{node}.data",
+                f"nccl-tests.variance.node.{node}"} <= ids
+    assert {"nccl-tests.all.all.busbw", "nccl-tests.all.all.transport", "sweep.all.all.busbw",
+            "training.loss_decrease", "training.grad_norm_consistency", "training.step_time_cv",
+            "training.parameter_checksum"} <= ids
+    training = document["training"]
+    assert training["steps_done"] == 1000 and training["ranks"] == 4 and training["backend"] == "gloo"
+    assert training["mean_loss"][-1] < training["mean_loss"][0] / 2
+    # nccl-tests repeated three times per measurement, the medians kept per scope
+    assert sum(job["instrument"] == "nccl-tests" for job in document["jobs"]) == 9
+    assert set(document["medians_gbps"]["nccl-tests.node"]) == {"gpu01", "gpu02"}
+    record = last_record(certify_runs)
+    suites = ET.parse(record / "certification.junit.xml").getroot()
+    assert {s.get("name") for s in suites} == {"gpu01", "gpu02", "fleet"}
+    assert all(s.get("failures") == "0" for s in suites) and sum(int(s.get("tests")) for s in suites) >= 20
+    page = (record / "certification.html").read_text()
+    assert "CERTIFIED" in page and page.count("<svg") == 4
+
+
+def _shape(node: str, interface: str) -> None:
+    """Slow the node's interface to 2 Gbit/s: netem where the kernel has it, else a token bucket
+    (this machine's kernel has no sch_netem)."""
+    shaped = node_exec(node, "tc", "qdisc", "replace", "dev", interface, "root", "netem", "rate", "2gbit")
+    if shaped.returncode != 0:
+        shaped = node_exec(node, "tc", "qdisc", "replace", "dev", interface, "root", "tbf", "rate", "2gbit",
+                           "burst", "256kb", "latency", "100ms")
+    assert shaped.returncode == 0, shaped.stderr
+
+
+def test_a_slow_node_fails_the_variance_check_by_name_and_is_drained(certify_runs: Path):
+    # A lab node's ranks talk over its loopback interface (its "NVLink"): slow it on gpu02.
+    _shape("gpu02", "lo")
+    try:
+        assert main(["certify", "--inventory", LAB, "--only", "communication", "--drain-failed"]) == 1
+    finally:
+        node_exec("gpu02", "tc", "qdisc", "del", "dev", "lo", "root")
+    document = certification(certify_runs)
+    verdicts = document["node_verdicts"]
+    assert verdicts["gpu01"]["certified"] and not verdicts["gpu02"]["certified"]
+    assert "nccl-tests.variance.node.gpu02" in verdicts["gpu02"]["failed_checks"]
+    medians = document["medians_gbps"]["nccl-tests.node"]
+    assert medians["gpu02"] < medians["gpu01"] / 2
+    state = slurm_state("gpu02")
+    assert state.startswith("drain") and "certify: nccl-tests.variance.node.gpu02" in state
+    assert slurm_state("gpu01").startswith("idle")
+    resume("gpu02")
+
+
+def test_a_rank_with_perturbed_gradients_is_named_with_its_host_and_step(certify_runs: Path):
+    # Ranks 0-1 run on gpu01, 2-3 on gpu02 (two per node, node order).
+    assert main(["certify", "--inventory", LAB, "--only", "training", "--steps", "200",
+                 "--inject-grad-fault", "3"]) == 1
+    document = certification(certify_runs)
+    check = next(c for c in document["checks"] if c["id"] == "training.grad_norm_consistency")
+    assert not check["passed"] and check["blamed"] == ["gpu02"]
+    assert "step 20: ranks [3] on gpu02" in check["detail"]
+    assert document["training"]["steps_done"] == 21  # stopped at the first violation
+    assert document["node_verdicts"]["gpu01"]["certified"] and not document["certified"]
+
+
+def _driver(version: str) -> None:
+    packages = [f"{name}={version}" for name in DRIVER_PACKAGES]
+    installed = node_exec("gpu02", "apt-get", "install", "-y", "-q", "--allow-downgrades",
+                          "--allow-change-held-packages", *packages)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    # The new module is what the node runs after its reboot.
+    node_exec("gpu02", "sh", "-c", f"echo {version.rsplit('-', 1)[0]} > /run/nvidia-driver/loaded-version")
+
+
+def test_a_node_with_another_driver_is_refused_before_any_job(certify_runs: Path, capsys):
+    _driver(OTHER_DRIVER)
+    try:
+        capsys.readouterr()
+        assert main(["certify", "--inventory", LAB]) == 1
+        out = capsys.readouterr().out
+    finally:
+        _driver(LAB_DRIVER)
+    assert "certification refused" in out and "gpu02" in out and "550.54.15" in out
+    record = last_record(certify_runs)
+    assert not (record / "certification.json").exists()
+    assert not any("srun" in line for line in (record / "events.jsonl").read_text().splitlines()
+                   if '"runner_on_ok"' in line)
+
+
+def test_a_drained_node_is_refused(certify_runs: Path, capsys):
+    node_exec("ctl01", "scontrol", "update", "nodename=gpu01", "state=drain", "reason=maintenance")
+    try:
+        capsys.readouterr()
+        assert main(["certify", "--inventory", LAB, "--only", "communication"]) == 1
+        out = capsys.readouterr().out
+    finally:
+        resume("gpu01")
+    assert "certification refused" in out and "gpu01: drained" in out
+
+
+def test_bad_nodes_are_bad_input(certify_runs: Path, capsys):
+    assert main(["certify", "--inventory", LAB, "--nodes", "gpu01,gpu09"]) == 2
+    assert "--nodes" in capsys.readouterr().err
+    assert not (certify_runs / "runs").exists() or not list((certify_runs / "runs").iterdir())
