@@ -127,7 +127,7 @@ def certify(request: CertifyRequest, console: Console) -> int:
         console.print("[red]certification did not run[/]: the playbook stopped before the jobs (see above)")
         return outcome.exit_code or EXIT_FAILED
     if "refused" in handed:
-        reasons = handed.get("busy") or [f"{d['host']}: {d['component']} {d['value']} (fleet: {d['expected']})"
+        reasons = handed.get("busy") or [f"{d['host']}: {d['component']} {d['found']} (expected {d['expected']})"
                                           for d in handed.get("differences", [])]
         console.print(f"[red]certification refused[/]: {handed['refused']}", highlight=False)
         for reason in reasons:
