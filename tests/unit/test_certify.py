@@ -1,0 +1,187 @@
+"""Certification criteria, job planning, Slurm helpers and reports, on synthetic and real outputs."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from provisioner.certify import criteria, jobs, report
+from provisioner.certify.profiles import ProfileError, thresholds
+
+LAB = thresholds("lab-cpu", "any", 0, 400, None)
+H100 = thresholds(None, "H100-SXM5-80GB", 8, 400, None)
+GRADIENT = 1 << 20
+
+
+def judge(**changes) -> criteria.Criteria:
+    return criteria.Criteria(**{"thresholds": LAB, "gradient_bytes": GRADIENT, "expect_gdr": True, **changes})
+
+
+def sweep_result(scope: str, nodes: list[str], busbw: float, wrong: int = 0) -> dict:
+    rows = [{"size_bytes": size, "count": size // 4, "time_us": 1.0, "algbw_gbps": busbw, "busbw_gbps": busbw,
+             "wrong": wrong} for size in (GRADIENT // 2, GRADIENT)]
+    report_line = {"collective": "all_reduce", "ranks": 2, "hosts": nodes, "rows": rows}
+    return {"name": f"sweep {scope}", "instrument": "sweep", "scope": scope, "nodes": nodes, "rc": 0,
+            "stdout": "noise\nPROVISION-SWEEP " + json.dumps(report_line) + "\n", "stderr": ""}
+
+
+def by_id(checks) -> dict[str, criteria.Check]:
+    return {check.id: check for check in checks}
+
+
+def test_shipped_profiles_and_overrides():
+    assert H100.intra_node_gbps == 460.0 and H100.inter_node_gbps == 8 * 46.0
+    overridden = thresholds(None, "H100-SXM5-80GB", 8, 400, {"inter_node": 300.0})
+    assert overridden.inter_node_gbps == 300.0 and "overrides" in overridden.source
+    with pytest.raises(ProfileError, match="gpu_model 'X1'"):
+        thresholds(None, "X1", 8, 400, None)
+    with pytest.raises(ProfileError, match="unknown profile"):
+        thresholds("nope", "H100-SXM5-80GB", 8, 400, None)
+
+
+def test_plan_measures_each_node_all_nodes_and_pairs_three_times():
+    planned = jobs.plan(["a", "b", "c"], repeats=3, steps=100, preset="tiny")
+    nccl = [j for j in planned if j.instrument == "nccl-tests"]
+    assert len(nccl) == 3 * (3 + 1 + 3)
+    assert {tuple(j.nodes) for j in nccl if j.scope == "pair"} == {("a", "b"), ("a", "c"), ("b", "c")}
+    assert planned[-1].instrument == "train" and planned[-1].args == ["--preset", "tiny", "--steps", "100"]
+    two = jobs.plan(["a", "b"], 3, 10, "tiny", parts=("communication",))
+    assert not [j for j in two if j.scope == "pair"] and all(j.instrument != "train" for j in two)
+
+
+def test_srun_command_lines():
+    settings = {"procs_per_node": 8, "mpi": "pmix", "partition": "gpu", "reservation": "cert", "time_limit": "0:30:00"}
+    nccl = jobs.srun_argv({"instrument": "nccl-tests", "nodes": ["a", "b"], "args": []}, settings)
+    assert "--ntasks-per-node=8" in nccl and "--mpi=pmix" in nccl and "--nodelist=a,b" in nccl
+    assert "--reservation=cert" in nccl and nccl[-2:] == [jobs.LAUNCHER, "nccl-tests"]
+    train = jobs.srun_argv({"instrument": "train", "nodes": ["a"], "args": ["--steps", "5"]}, settings)
+    assert "--ntasks-per-node=1" in train and not any(a.startswith("--mpi") for a in train)
+    assert train[-3:] == ["train", "--steps", "5"]
+
+
+def test_busy_nodes_need_idle_or_their_reservation():
+    sinfo = "gpu01 idle\ngpu02 drained\ngpu03 allocated\ngpu04 reserved\ngpu05 idle*\n"
+    assert jobs.busy_nodes(sinfo, ["gpu01"], "", "") == []
+    problems = jobs.busy_nodes(sinfo, ["gpu02", "gpu03", "gpu05", "gpu09"], "", "")
+    assert problems == ["gpu02: drained (needs idle)", "gpu03: allocated (needs idle)",
+                        "gpu05: idle* (needs idle)", "gpu09: not known to Slurm"]
+    reservation = "ReservationName=cert StartTime=now Nodes=gpu[01,04-05] NodeCnt=3"
+    assert jobs.busy_nodes(sinfo, ["gpu01", "gpu04"], "cert", reservation) == []
+    assert jobs.busy_nodes(sinfo, ["gpu03"], "cert", reservation) == ["gpu03: not in reservation cert"]
+    assert jobs.busy_nodes(sinfo, ["gpu01"], "cert", "Reservation cert not found") == ["reservation cert not found"]
+
+
+def test_communication_thresholds_data_and_variance():
+    results = [sweep_result("node", ["a"], 1.0), sweep_result("node", ["b"], 0.97),
+               sweep_result("node", ["c"], 0.5), sweep_result("all", ["a", "b", "c"], 0.01, wrong=3)]
+    checks, medians = criteria.communication_checks(results, judge())
+    found = by_id(checks)
+    assert medians["sweep.node"] == {"a": 1.0, "b": 0.97, "c": 0.5}
+    assert not found["sweep.all.all.busbw"].passed and found["sweep.all.all.busbw"].threshold == 0.02
+    assert not found["sweep.all.all.data"].passed and found["sweep.all.all.data"].measured == 6
+    assert found["sweep.variance.node.a"].passed and found["sweep.variance.node.b"].passed
+    slow = found["sweep.variance.node.c"]
+    assert not slow.passed and slow.blamed == ["c"] and "below it" in slow.detail
+    verdicts = criteria.node_verdicts(checks, ["a", "b", "c"])
+    # wrong values in the all-nodes run cannot be pinned on one node: every node carries them
+    assert verdicts["a"]["failed_checks"] == ["sweep.all.all.data"]
+    assert verdicts["c"]["failed_checks"] == ["sweep.all.all.data", "sweep.variance.node.c"]
+
+
+def test_pairs_localise_the_slow_node():
+    nodes = ["a", "b", "c", "d"]
+    results = []
+    for pair in [("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d"), ("c", "d")]:
+        results.append(sweep_result("pair", list(pair), 0.4 if "d" in pair else 1.0))
+    checks, _ = criteria.communication_checks(results, judge())
+    failing = [c for c in checks if not c.passed]
+    assert {c.id for c in failing} == {"sweep.variance.pair.a+d", "sweep.variance.pair.b+d",
+                                       "sweep.variance.pair.c+d", "sweep.variance.pair-node.d"}
+    assert criteria.node_verdicts(checks, nodes) == {
+        "a": {"certified": True, "failed_checks": []}, "b": {"certified": True, "failed_checks": []},
+        "c": {"certified": True, "failed_checks": []},
+        "d": {"certified": False, "failed_checks": ["sweep.variance.pair-node.d"]}}
+
+
+def test_real_nccl_tests_output_and_the_transport_check(shared_fixtures: Path):
+    text = (shared_fixtures / "nccl" / "all_reduce_a100_sxm4_40gb_oci_2node_16rank.txt").read_text()
+    result = {"name": "n", "instrument": "nccl-tests", "scope": "all", "nodes": ["x", "y"], "rc": 0,
+              "stdout": text, "stderr": ""}
+    checks, medians = criteria.communication_checks([result], judge(gradient_bytes=8589934592))
+    found = by_id(checks)
+    assert found["nccl-tests.all.all.ran"].passed and found["nccl-tests.all.all.data"].passed
+    assert medians["nccl-tests.all"]["x+y"] > 1
+    transport = found["nccl-tests.all.all.transport"]
+    assert not transport.passed and "no NET/IB" in transport.detail  # this log was taken without NCCL_DEBUG=INFO
+    socket = dict(result, stdout=text + "h:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n")
+    found = by_id(criteria.communication_checks([socket], judge(gradient_bytes=8589934592))[0])
+    assert "fell back to sockets" in found["nccl-tests.all.all.transport"].detail
+    ib = dict(result, stdout=text + "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB\n"
+                                    "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n")
+    assert by_id(criteria.communication_checks([ib], judge(gradient_bytes=8589934592))[0])[
+        "nccl-tests.all.all.transport"].passed
+
+
+def test_a_failed_job_fails_its_ran_check_naming_the_nodes():
+    failed = {"name": "nccl-tests node a #1", "instrument": "nccl-tests", "scope": "node", "nodes": ["a"], "rc": 1,
+              "stdout": "", "stderr": "srun: error: Unable to allocate resources"}
+    checks, _ = criteria.communication_checks([failed], judge())
+    assert [(c.id, c.passed, c.blamed) for c in checks] == [("nccl-tests.node.a.ran", False, ["a"])]
+    assert "Unable to allocate" in checks[0].detail
+
+
+def training_result(steps: int = 100, violation: dict | None = None, checksums=(1.0, 1.0, 1.0, 1.0),
+                    slow_rank: int | None = None) -> dict:
+    ranks = []
+    for rank in range(4):
+        loss = [5.5 - 4.0 * step / steps for step in range(steps)]
+        step_time = [0.1 if slow_rank is None or step % 2 else 0.3 for step in range(steps)]
+        forward = [0.05 if rank != slow_rank else 0.09] * steps
+        ranks.append({"rank": rank, "host": "a" if rank < 2 else "b", "preset": "tiny", "backend": "gloo",
+                      "bf16": False, "parameters": 10, "tokens_per_second": 1000.0, "mfu": None, "elapsed_s": 1.0,
+                      "fault_injected": False, "steps_done": steps, "steps_requested": 100, "violation": violation,
+                      "parameter_checksums": list(checksums),
+                      "records": {"loss": loss, "step_time_s": step_time, "forward_time_s": forward,
+                                  "grad_norm": [1.0] * steps}})
+    return {"name": "smoke training", "instrument": "train", "scope": "training", "nodes": ["a", "b"], "rc": 0,
+            "stdout": "PROVISION-TRAIN " + json.dumps({"ranks": ranks}) + "\n", "stderr": ""}
+
+
+def test_a_healthy_training_passes_every_check():
+    checks, summary = criteria.training_checks(training_result(), ["a", "b"], judge(warmup_steps=10))
+    assert all(check.passed for check in checks), [c for c in checks if not c.passed]
+    assert summary["steps_done"] == 100 and len(summary["mean_loss"]) == 100
+
+
+def test_training_violations_are_named():
+    violation = {"check": "grad_norm_consistency", "step": 20, "ranks": [3], "hosts": ["b"],
+                 "norms": [1.0, 1.0, 1.0, 1.5]}
+    found = by_id(criteria.training_checks(training_result(21, violation), ["a", "b"], judge())[0])
+    grad = found["training.grad_norm_consistency"]
+    assert not grad.passed and grad.blamed == ["b"] and "step 20: ranks [3] on b" in grad.detail
+    assert not found["training.loss_decrease"].passed and "stopped at step 21" in found["training.loss_decrease"].detail
+    found = by_id(criteria.training_checks(training_result(checksums=(1.0, 1.0, 2.0, 1.0), slow_rank=2),
+                                           ["a", "b"], judge(warmup_steps=10))[0])
+    assert found["training.parameter_checksum"].blamed == ["b"]
+    cv = found["training.step_time_cv"]
+    assert not cv.passed and cv.blamed == ["b"] and "slowest rank 2 on b" in cv.detail
+
+
+def test_reports(tmp_path: Path):
+    results = [sweep_result("node", ["a"], 1.0), sweep_result("node", ["b"], 0.5), training_result()]
+    checks, medians = criteria.communication_checks(results, judge())
+    training_checks, training = criteria.training_checks(results[-1], ["a", "b"], judge(warmup_steps=10))
+    checks += training_checks
+    document = {"cluster": "c", "nodes": ["a", "b"], "started": "now", "duration_s": 1.0, "certified": False,
+                "thresholds": {"source": "lab", "intra_node_gbps": 0.05, "inter_node_gbps": 0.02},
+                "node_verdicts": criteria.node_verdicts(checks, ["a", "b"]),
+                "checks": [c.as_dict() for c in checks], "curves": criteria.measurement_curves(results),
+                "training": training}
+    report.write_json(tmp_path / "c.json", document)
+    suites = ET.parse(report.write_junit(tmp_path / "c.xml", document)).getroot()
+    assert {s.get("name"): s.get("failures") for s in suites} == {"a": "0", "b": "1", "fleet": "0"}
+    page = report.write_html(tmp_path / "c.html", document).read_text()
+    assert "NOT CERTIFIED" in page and page.count("<svg") == 3 and "FAIL" in page
