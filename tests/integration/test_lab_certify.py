@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import main
-from provisioner.lab import cluster
 
 from .conftest import node_exec, wait_for
 

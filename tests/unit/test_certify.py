@@ -172,7 +172,7 @@ def test_training_violations_are_named():
 
 def test_reports(tmp_path: Path):
     results = [sweep_result("node", ["a"], 1.0), sweep_result("node", ["b"], 0.5), training_result()]
-    checks, medians = criteria.communication_checks(results, judge())
+    checks, _ = criteria.communication_checks(results, judge())
     training_checks, training = criteria.training_checks(results[-1], ["a", "b"], judge(warmup_steps=10))
     checks += training_checks
     document = {"cluster": "c", "nodes": ["a", "b"], "started": "now", "duration_s": 1.0, "certified": False,
