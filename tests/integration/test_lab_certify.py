@@ -36,12 +36,16 @@ def resume(node: str) -> None:
 
 
 @pytest.fixture
-def certify_runs(healthy_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def certify_runs(healthy_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Idle GPU nodes before and after the test (a test drains nodes on purpose)."""
     monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
     for node in ("gpu01", "gpu02"):
         if not slurm_state(node).startswith("idle"):
             resume(node)
-    return tmp_path
+    yield tmp_path
+    for node in ("gpu01", "gpu02"):
+        if not slurm_state(node).startswith("idle"):
+            resume(node)
 
 
 def test_the_lab_is_certified_with_evidence(certify_runs: Path):

@@ -265,3 +265,24 @@ def test_receiver_urls_are_scrubbed_from_run_records():
     secrets = secret_values(hostvars)
     assert secrets == {"https://hooks.slack.example/T0/B0/tok3n"}
     assert Redactor(secrets).text("posting to https://hooks.slack.example/T0/B0/tok3n") == "posting to ********"
+
+
+def test_bad_certification_settings_name_file_and_key(example_inventory: Path):
+    def change(document):
+        document["certification_preset"] = "70b"
+        document["certification_variance_percent"] = 0
+        document["certification_busbw_thresholds_gbps"] = {"intra_node": 400, "inter": 300}
+
+    _edit(example_inventory / "group_vars" / "all.yml", change)
+    _one(example_inventory, "group_vars/all.yml: certification_preset", "70b")
+    _one(example_inventory, "group_vars/all.yml: certification_variance_percent", "greater than 0")
+    _one(example_inventory, "certification_busbw_thresholds_gbps.inter")
+
+
+def test_certify_rejects_unknown_nodes_and_profiles_before_any_host(example_inventory: Path, capsys):
+    assert main(["certify", "--inventory", str(example_inventory), "--nodes", "gpu01,nope"]) == 2
+    assert "--nodes" in capsys.readouterr().err
+    _edit(example_inventory / "group_vars" / "all.yml", lambda d: d.__setitem__("certification_profile", "fast"))
+    assert main(["certify", "--inventory", str(example_inventory)]) == 2
+    err = capsys.readouterr().err
+    assert "certification_profile" in err and "unknown profile 'fast'" in err
