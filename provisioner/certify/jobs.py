@@ -28,9 +28,10 @@ class Job:
     args: list[str] = field(default_factory=list)
 
 
-def scopes(nodes: list[str]) -> list[tuple[str, list[str]]]:
-    """Each node alone, then all nodes, then every pair (pairs only localise with three or more)."""
-    result = [("node", [node]) for node in nodes]
+def scopes(nodes: list[str], per_node: bool = True) -> list[tuple[str, list[str]]]:
+    """Each node alone (unless it has one rank: nothing to communicate), then all nodes, then
+    every pair (pairs only localise with three or more)."""
+    result = [("node", [node]) for node in nodes] if per_node else []
     if len(nodes) > 1:
         result.append(("all", list(nodes)))
     if len(nodes) > 2:
@@ -39,11 +40,11 @@ def scopes(nodes: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def plan(nodes: list[str], repeats: int, steps: int, preset: str, inject_grad_fault: int | None = None,
-         parts: tuple[str, ...] = ("communication", "training")) -> list[Job]:
+         parts: tuple[str, ...] = ("communication", "training"), ranks_per_node: int = 8) -> list[Job]:
     """Every job of a certification, in the order they run: communication first, then training."""
     jobs: list[Job] = []
     if "communication" in parts:
-        for scope, members in scopes(nodes):
+        for scope, members in scopes(nodes, per_node=ranks_per_node > 1):
             label = "+".join(members) if scope != "all" else "all"
             jobs.extend(Job(f"nccl-tests {scope} {label} #{r}", "nccl-tests", scope, members, r)
                         for r in range(1, repeats + 1))

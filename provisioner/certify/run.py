@@ -67,6 +67,12 @@ def fleet_thresholds(inventory: Inventory, nodes: list[str]) -> Thresholds:
         raise _problem(inventory, "certification_profile", str(error)) from error
 
 
+def ranks_per_node(inventory: Inventory, node: str) -> int:
+    """Ranks per node (certification_procs_per_node, else one per GPU); a templated value counts as several."""
+    value = inventory.hostvars[node].get("certification_procs_per_node", inventory.gpu_nodes[node].gpu_count)
+    return value if isinstance(value, int) else 2
+
+
 def build_criteria(inventory: Inventory, nodes: list[str]) -> criteria.Criteria:
     cluster = inventory.cluster
     return criteria.Criteria(
@@ -113,7 +119,8 @@ def certify(request: CertifyRequest, console: Console) -> int:
     if steps < 1:
         raise InputError([InputProblem("command line", "--steps", "must be at least 1")])
     planned = jobs.plan(nodes, repeats=3, steps=steps, preset=inventory.cluster.certification_preset,
-                        inject_grad_fault=request.inject_grad_fault, parts=request.parts)
+                        inject_grad_fault=request.inject_grad_fault, parts=request.parts,
+                        ranks_per_node=ranks_per_node(inventory, nodes[0]))
     started, clock = datetime.now(UTC), time.monotonic()
     with tempfile.TemporaryDirectory(prefix="provision-certify-") as scratch:
         output = Path(scratch) / "jobs.json"

@@ -50,6 +50,8 @@ def test_plan_measures_each_node_all_nodes_and_pairs_three_times():
     assert planned[-1].instrument == "train" and planned[-1].args == ["--preset", "tiny", "--steps", "100"]
     two = jobs.plan(["a", "b"], 3, 10, "tiny", parts=("communication",))
     assert not [j for j in two if j.scope == "pair"] and all(j.instrument != "train" for j in two)
+    single_gpu = jobs.plan(["a", "b"], 3, 10, "tiny", ranks_per_node=1)
+    assert {j.scope for j in single_gpu} == {"all", "training"}  # one rank alone communicates nothing
 
 
 def test_srun_command_lines():
