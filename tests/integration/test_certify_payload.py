@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +16,16 @@ from provisioner.certify.profiles import thresholds
 PAYLOAD = Path(__file__).resolve().parents[2] / "provisioner" / "certify" / "payload"
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def torchrun(script: str, ranks: int, *args: str) -> str:
     environment = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}", "--master-port=29611",
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}",
+               f"--master-port={free_port()}",
                str(PAYLOAD / script), *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
