@@ -143,6 +143,7 @@ class FilterModule:
             "certify_srun_argv": certify_jobs.srun_argv,
             "certify_busy_nodes": certify_jobs.busy_nodes,
             "certify_results": certify_jobs.results,
+            "pip_pins_to_install": packages.pip_pins_to_install,
             "parse_tool_output": parse_tool_output,
             "parse_nvidia_smi_query": parse_nvidia_smi_query,
             "fleet_differences": fleet_differences,

@@ -187,3 +187,12 @@ def test_reports(tmp_path: Path):
     assert {s.get("name"): s.get("failures") for s in suites} == {"a": "0", "b": "1", "fleet": "0"}
     page = report.write_html(tmp_path / "c.html", document).read_text()
     assert "NOT CERTIFIED" in page and page.count("<svg") == 3 and "FAIL" in page
+
+
+def test_pip_pins_to_install_reads_pip_list():
+    from provisioner.packages import pip_pins_to_install
+
+    listed = json.dumps([{"name": "torch", "version": "2.13.0+cpu"}, {"name": "NumPy", "version": "2.4.5"}])
+    assert pip_pins_to_install(["torch==2.13.0", "numpy==2.4.6", "py_spy==1.0"], listed) == [
+        "numpy==2.4.6", "py_spy==1.0"]
+    assert pip_pins_to_install(["torch==2.13.0"], "") == ["torch==2.13.0"]  # no virtual environment yet
