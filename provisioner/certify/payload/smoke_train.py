@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from rank_device import device_for_rank, synchronize
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -106,19 +107,6 @@ def synthetic_batch(preset: Preset, generator: torch.Generator, device: torch.de
     noise = torch.rand(tokens.shape, generator=generator) < 0.1
     tokens = torch.where(noise, torch.randint(0, preset.vocab, tokens.shape, generator=generator), tokens)
     return tokens.to(device)
-
-
-def device_for_rank() -> torch.device:
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-        return device
-    return torch.device("cpu")
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def parameter_checksum(model: nn.Module) -> float:

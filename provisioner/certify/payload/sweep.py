@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
+from rank_device import device_for_rank, synchronize
 
 DTYPES = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -39,20 +39,6 @@ def sizes_between(minimum: int, maximum: int, extra: list[int]) -> list[int]:
         sizes.add(size)
         size *= 2
     return sorted(sizes)
-
-
-def device_for_rank() -> torch.device:
-    """This rank's GPU (LOCAL_RANK), or the CPU when the node has none."""
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-        return device
-    return torch.device("cpu")
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def wrong_elements(tensor: torch.Tensor, world: int) -> int:
