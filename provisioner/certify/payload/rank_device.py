@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
+import torch.distributed as dist
 
 
 def device_for_rank() -> torch.device:
@@ -19,3 +21,19 @@ def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (a no-op on the CPU), so timings cover it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def finish() -> None:
+    """Leave the job cleanly, on every rank, once the results are printed.
+
+    The ranks meet once more, tear the process group down together, then leave without the
+    interpreter's finalisation: there, gloo's threads can outlive their process group and abort
+    the process ("terminate called without an active exception") after a successful run, which
+    Slurm would report as a failed step. Callers drop their DistributedDataParallel wrapper first,
+    so the group's last reference goes with destroy_process_group.
+    """
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

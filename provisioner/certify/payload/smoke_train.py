@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from rank_device import device_for_rank, synchronize
+from rank_device import device_for_rank, finish, synchronize
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -236,7 +236,8 @@ def main() -> None:
     dist.all_gather_object(everyone, result)
     if rank == 0:
         print("PROVISION-TRAIN " + json.dumps({"ranks": everyone}), flush=True)
-    dist.destroy_process_group()
+    del ddp, optimizer
+    finish()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from rank_device import device_for_rank, synchronize
+from rank_device import device_for_rank, finish, synchronize
 
 DTYPES = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -102,7 +102,7 @@ def main() -> None:
                   "hosts": sorted(set(hosts)), "dtype": args.dtype, "iters": args.iters,
                   "repeats": args.repeats, "rows": rows}
         print("PROVISION-SWEEP " + json.dumps(report), flush=True)
-    dist.destroy_process_group()
+    finish()
 
 
 if __name__ == "__main__":
