@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
     # Testing only: perturb this rank's gradients to prove the gradient-norm check works.
     certify.add_argument("--inject-grad-fault", type=int, help=argparse.SUPPRESS)
+    _add_plan_parser(commands)
+
     lab = commands.add_parser("lab", help="the local lab of containers that act as cluster nodes")
     lab_commands = lab.add_subparsers(dest="lab_command", required=True)
     up = lab_commands.add_parser("up", help="build images (cached), start the controller and GPU nodes")
@@ -72,6 +74,45 @@ def build_parser() -> argparse.ArgumentParser:
     lab_commands.add_parser("status", help="list the lab's nodes")
     lab_commands.add_parser("down", help="remove the lab's containers, network, volume and inventory")
     return parser
+
+
+def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
+    plan = commands.add_parser("plan", help="size a cluster for a training job: memory, communication, layout")
+    model = plan.add_argument_group("model")
+    model.add_argument("--model", help="preset: 1B, 7B, 13B, 70B, 180B, 405B, 8x7B-MoE")
+    model.add_argument("--parameters", help="parameter count (7B, 6.7e9); with a preset it overrides the count")
+    for name in ("layers", "hidden", "heads", "kv-heads", "ffn"):
+        model.add_argument(f"--{name}", type=int, help="a custom model's dimension")
+    model.add_argument("--vocab", type=int, default=32000)
+    training = plan.add_argument_group("training")
+    training.add_argument("--sequence", type=int, default=4096)
+    training.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per micro-batch")
+    training.add_argument("--global-batch", type=int,
+                          help="sequences per step (default: about 4M tokens, whole micro-batches on every GPU)")
+    training.add_argument("--precision", default="bf16", help="bf16, fp16 (mixed, fp32 master) or fp32")
+    training.add_argument("--optimizer", default="adamw", help="adamw, adam, sgd, adam-8bit")
+    training.add_argument("--zero-stage", type=int, default=1, help="0 (plain DDP), 1, 2, 3 (FSDP full shard)")
+    training.add_argument("--checkpointing", action="store_true", help="full activation checkpointing")
+    training.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
+                          help="attention scores are stored for the backward pass (5·a·s/h per layer)")
+    for name in ("tensor-parallel", "pipeline-parallel", "data-parallel"):
+        training.add_argument(f"--{name}", type=int, help="fix this degree (default: recommend)")
+    training.add_argument("--mfu", type=float, default=0.40, help="assumed model FLOPs utilisation of compute")
+    training.add_argument("--overlap", type=float, default=0.5,
+                          help="fraction of the last backward pass that hides gradient traffic")
+    cluster = plan.add_argument_group("cluster")
+    cluster.add_argument("--gpu", help="A100-40GB, A100-80GB, H100, H200, B200 (or an inventory gpu_model)")
+    cluster.add_argument("--gpus-per-node", type=int)
+    cluster.add_argument("--nodes", type=int)
+    cluster.add_argument("--gpus", type=int, help="total GPUs (whole nodes)")
+    cluster.add_argument("--intra-node", help="nvlink3, nvlink4, nvlink5, pcie4, pcie5 (default: the GPU's NVLink)")
+    cluster.add_argument("--fabric", help="ib-hdr, ib-ndr, ib-xdr, roce-200, roce-400, eth-100, eth-200, eth-400")
+    cluster.add_argument("--hcas-per-node", type=int, help="inter-node ports per node (default: one per GPU)")
+    cluster.add_argument("--memory-reserve", type=float, default=0.10,
+                         help="fraction of GPU memory kept for CUDA context, NCCL and fragmentation")
+    plan.add_argument("--inventory", "-i", help="take GPUs and fabric from this inventory")
+    plan.add_argument("--certification", help="a certification.json: use its measured busbw instead of nominal")
+    plan.add_argument("--json", action="store_true", help="print the document as JSON")
 
 
 def _print_problems(problems: list[InputProblem], what: str) -> None:
@@ -159,6 +200,35 @@ def cmd_certify(args: argparse.Namespace) -> int:
     return certify(request, console)
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from provisioner.plan.render import print_plan
+    from provisioner.plan.run import DoesNotFit, PlanRequest, plan
+
+    if not 0 <= args.memory_reserve < 1:
+        raise InputError([InputProblem("command line", "--memory-reserve", "a fraction in [0, 1)")])
+    request = PlanRequest(
+        model=args.model, parameters=args.parameters, layers=args.layers, hidden=args.hidden, heads=args.heads,
+        kv_heads=args.kv_heads, ffn=args.ffn, vocab=args.vocab, sequence=args.sequence,
+        micro_batch=args.micro_batch, global_batch=args.global_batch, precision=args.precision,
+        optimizer=args.optimizer, zero_stage=args.zero_stage, checkpointing=args.checkpointing,
+        flash_attention=args.flash_attention,
+        tensor_parallel=args.tensor_parallel, pipeline_parallel=args.pipeline_parallel,
+        data_parallel=args.data_parallel, gpu=args.gpu, gpus_per_node=args.gpus_per_node, nodes=args.nodes,
+        gpus=args.gpus, intra_node=args.intra_node, fabric=args.fabric, hcas_per_node=args.hcas_per_node,
+        inventory=_load(args.inventory) if args.inventory else None,
+        certification=Path(args.certification) if args.certification else None, mfu=args.mfu,
+        overlap=args.overlap, memory_reserve=args.memory_reserve)
+    try:
+        document, code = plan(request), EXIT_OK
+    except DoesNotFit as verdict:
+        document, code = verdict.document, EXIT_FAILED
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        print_plan(console, document)
+    return code
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     from provisioner.lab import cluster
     from provisioner.lab.engine import EngineError
@@ -198,7 +268,7 @@ def _print_lab(statuses: list) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"inventory": cmd_validate, "apply": cmd_run, "check": cmd_run, "inspect": cmd_inspect,
-                "certify": cmd_certify, "lab": cmd_lab}
+                "certify": cmd_certify, "plan": cmd_plan, "lab": cmd_lab}
     try:
         return handlers[args.command](args)
     except InputError as error:

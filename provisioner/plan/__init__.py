@@ -1,0 +1,1 @@
+"""`provision plan`: size a training cluster from memory and communication, formulas shown."""

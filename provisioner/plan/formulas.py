@@ -1,0 +1,138 @@
+"""The sizing formulas, each returning its value with the formula and the numbers put in.
+
+Memory: model states after Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models" (2020); activations after Korthikanti et al., "Reducing Activation Recomputation in
+Large Transformer Models" (2022), 16-bit activations, tensor parallelism with sequence parallelism.
+Communication: ring collectives, the volume nccl-tests' busbw is defined by (2(n-1)/n per all-reduce).
+Compute: 6 x parameters x tokens training FLOPs (Kaplan et al. 2020).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A computed figure: value, unit, the formula, and the formula with the numbers put in."""
+
+    name: str
+    value: float
+    unit: str
+    formula: str
+    worked: str
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "value": self.value, "unit": self.unit, "formula": self.formula,
+                "worked": self.worked}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per parameter of weights and gradients, and of the optimizer's states per optimizer."""
+
+    weight_bytes: int
+    gradient_bytes: int
+    master_bytes: int  # an fp32 copy of the weights kept by mixed precision
+
+
+PRECISIONS = {"bf16": Precision(2, 2, 4), "fp16": Precision(2, 2, 4), "fp32": Precision(4, 4, 0)}
+# Optimizer state bytes per parameter beyond the master copy (fp32 states).
+OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 4, "adam-8bit": 2}
+
+
+def optimizer_bytes(precision: str, optimizer: str) -> int:
+    """K in ZeRO's notation: bytes of optimizer state per parameter (master copy included)."""
+    return PRECISIONS[precision].master_bytes + OPTIMIZER_STATE_BYTES[optimizer]
+
+
+def model_state_memory(parameters: float, model_parallel: int, data_parallel: int, zero_stage: int,
+                       precision: str, optimizer: str) -> list[Quantity]:
+    """Weights, gradients and optimizer states on one GPU under the ZeRO stage (0: plain data parallel)."""
+    spec = PRECISIONS[precision]
+    k = optimizer_bytes(precision, optimizer)
+    shard = parameters / model_parallel
+    p_text = f"P/(t·p) = {parameters:.4g}/{model_parallel}"
+    d = data_parallel
+
+    def part(name: str, per_param: int, sharded: bool) -> Quantity:
+        divisor = d if sharded else 1
+        value = shard * per_param / divisor / GB
+        formula = f"P/(t·p) × {per_param} B" + (" / d" if sharded else "")
+        worked = f"{p_text} × {per_param}" + (f" / {d}" if sharded else "") + f" = {value:.2f} GB"
+        return Quantity(name, value, "GB", formula, worked)
+
+    return [part("weights", spec.weight_bytes, zero_stage >= 3),
+            part("gradients", spec.gradient_bytes, zero_stage >= 2),
+            part("optimizer states", k, zero_stage >= 1)]
+
+
+def activation_memory(layers: int, hidden: int, heads: int, vocab: int, sequence: int, micro_batch: int,
+                      tensor_parallel: int, checkpointing: bool, flash_attention: bool = True) -> list[Quantity]:
+    """Activations held by one GPU for the backward pass.
+
+    Per layer without recomputation s·b·h/t·(34 + 5·a·s/h) bytes; with full checkpointing each layer
+    keeps only its 16-bit input, 2·s·b·h/t, plus one layer's full activations while it is recomputed.
+    With 1F1B pipelining the first stage holds p micro-batches of L/p layers, i.e. L layers' worth, so
+    the figure does not depend on p. Flash attention never stores the a·s² attention scores (the paper's
+    selective recomputation), which drops the 5·a·s/h term. The fp32 logits for the loss add 4·s·b·V/t.
+    """
+    s, b, h, a, t = sequence, micro_batch, hidden, heads, tensor_parallel
+    scores = 0.0 if flash_attention else 5 * a * s / h
+    full_layer = s * b * h / t * (34 + scores)
+    bracket = "34" if flash_attention else "34 + 5·a·s/h"
+    numbers = "34" if flash_attention else f"34 + 5·{a}·{s}/{h}"
+    if checkpointing:
+        value = (layers * 2 * s * b * h / t + full_layer) / GB
+        formula = f"L × 2·s·b·h/t + s·b·h/t·({bracket})   (checkpointed inputs + one layer recomputed)"
+        worked = f"{layers} × 2·{s}·{b}·{h}/{t} + {full_layer / GB:.3f} GB = {value:.2f} GB"
+    else:
+        value = layers * full_layer / GB
+        formula = f"L × s·b·h/t × ({bracket})"
+        worked = f"{layers} × {s}·{b}·{h}/{t} × ({numbers}) = {value:.2f} GB"
+    logits = 4 * s * b * vocab / t / GB
+    return [Quantity("activations", value, "GB", formula, worked),
+            Quantity("logits (fp32, for the loss)", logits, "GB", "4·s·b·V/t",
+                     f"4·{s}·{b}·{vocab}/{t} = {logits:.2f} GB")]
+
+
+def transfer_time(nbytes: float, gbytes_per_s: float) -> Quantity:
+    """Moving bytes over a link: bytes / bandwidth."""
+    seconds = nbytes / (gbytes_per_s * GB)
+    return Quantity("transfer time", seconds * 1e3, "ms", "bytes / bandwidth",
+                    f"{nbytes / 1e6:.4g} MB / {gbytes_per_s:g} GB/s = {seconds * 1e3:.4g} ms")
+
+
+def ring_factor(ranks: int, volume: float = 2.0) -> float:
+    """Per-rank traffic of a ring collective relative to the buffer: volume·(n-1)/n (2 for all-reduce)."""
+    return volume * (ranks - 1) / ranks if ranks > 1 else 0.0
+
+
+def ring_all_reduce_time(nbytes: float, ranks: int, gbytes_per_s: float, volume: float = 2.0,
+                         name: str = "ring all-reduce") -> Quantity:
+    """A ring all-reduce (volume 2) or ZeRO-3's gather+gather+scatter (volume 3) over n ranks."""
+    factor = ring_factor(ranks, volume)
+    seconds = factor * nbytes / (gbytes_per_s * GB)
+    v = f"{volume:g}"
+    return Quantity(name, seconds * 1e3, "ms", f"{v}(n-1)/n × bytes / bandwidth",
+                    f"{v}·({ranks}-1)/{ranks} × {nbytes / 1e6:.4g} MB / {gbytes_per_s:g} GB/s = {seconds * 1e3:.4g} ms")
+
+
+def compute_time(active_parameters: float, tokens: float, gpus: int, peak_tflops: float, mfu: float,
+                 checkpointing: bool) -> Quantity:
+    """6·P·tokens FLOPs spread over the GPUs at the assumed MFU; full checkpointing redoes the forward (8/6)."""
+    recompute = 8 / 6 if checkpointing else 1.0
+    seconds = 6 * active_parameters * tokens * recompute / (gpus * peak_tflops * 1e12 * mfu)
+    extra = " × 8/6 (recompute)" if checkpointing else ""
+    return Quantity("compute", seconds * 1e3, "ms", "6 × P × tokens / (GPUs × peak × MFU)" + extra,
+                    f"6 × {active_parameters:.4g} × {tokens:.4g} / ({gpus} × {peak_tflops:g}e12 × {mfu:g})"
+                    f"{extra} = {seconds * 1e3:.4g} ms")
+
+
+def pipeline_bubble(stages: int, micro_batches: int) -> Quantity:
+    """The 1F1B schedule's idle fraction: (p-1)/(m+p-1)."""
+    value = (stages - 1) / (micro_batches + stages - 1)
+    return Quantity("pipeline bubble", value, "fraction", "(p-1)/(m+p-1)",
+                    f"({stages}-1)/({micro_batches}+{stages}-1) = {value:.3f}")

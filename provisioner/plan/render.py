@@ -1,0 +1,69 @@
+"""The sizing document as readable tables, every figure beside its formula."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _quantities(title: str, rows: list[dict]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("", "value", "formula", "with the numbers"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        unit = row["unit"] if row["unit"] != "fraction" else ""
+        table.add_row(row["name"], f"{row['value']:.4g} {unit}".strip(), row["formula"], row["worked"])
+    return table
+
+
+def _summary(document: dict) -> Table:
+    model, training, cluster = document["model"], document["training"], document["cluster"]
+    table = Table(title="plan", title_justify="left", show_header=False)
+    table.add_column()
+    table.add_column(overflow="fold")
+    moe = f" ({model['active_parameters']:.4g} active)" if model["experts"] > 1 else ""
+    table.add_row("model", f"{model['name']}: {model['parameters']:.4g} parameters{moe}; {model['layers']} layers, "
+                  f"hidden {model['hidden']}, {model['heads']} heads ({model['source']})")
+    table.add_row("training", f"sequence {training['sequence']}, micro-batch {training['micro_batch']}, global batch "
+                  f"{training['global_batch']}, {training['precision']}, {training['optimizer']}, ZeRO stage "
+                  f"{training['zero_stage']}, checkpointing {'on' if training['activation_checkpointing'] else 'off'}, "
+                  f"flash attention {'on' if training['flash_attention'] else 'off'} "
+                  f"({training['global_batch_tokens'] / 1e6:.3g}M tokens per step)")
+    table.add_row("cluster", f"{cluster['nodes']} x {cluster['gpus_per_node']} {cluster['gpu']} "
+                  f"({cluster['gpu_memory_gb']:g} GB, {cluster['bf16_dense_tflops']:g} TFLOP/s bf16 dense; "
+                  f"{cluster['gpu_source']})")
+    table.add_row("bandwidth", cluster["bandwidth"])
+    assumptions = document["assumptions"]
+    table.add_row("assumptions", f"MFU {assumptions['mfu']:g}, overlap {assumptions['overlap']:g}, "
+                  f"{cluster['memory_reserve']:.0%} of GPU memory reserved")
+    return table
+
+
+def print_plan(console: Console, document: dict) -> None:
+    console.print(_summary(document))
+    chosen = document.get("recommended") or document.get("closest")
+    layout = chosen["layout"]
+    header = "recommended layout" if document["fits"] else "closest layout (does not fit)"
+    console.print(f"[bold]{header}[/]: tensor {layout['tensor_parallel']} x pipeline {layout['pipeline_parallel']} "
+                  f"x data {layout['data_parallel']}, {layout['micro_batches']} micro-batch(es) per step",
+                  highlight=False)
+    console.print(_quantities(f"memory per GPU: {chosen['memory_total_gb']:.1f} GB of "
+                              f"{document['cluster']['usable_memory_gb']:.1f} GB usable", chosen["memory"]))
+    console.print(_quantities(f"one step: {chosen['step_time_ms']:.4g} ms, gradients "
+                              f"{chosen['gradient_bytes_per_step'] / 1e9:.3g} GB per GPU",
+                              [*chosen["communication"], chosen["compute"], chosen["pipeline_bubble"]]))
+    if document["fits"]:
+        console.print(f"exposed communication {chosen['exposed_communication_ms']:.4g} ms per step; scaling "
+                      f"efficiency {chosen['scaling_efficiency']:.1%}; predicted MFU {chosen['predicted_mfu']:.1%}",
+                      highlight=False)
+        console.print(f"scaling limit: {document['scaling_limit']['reason']}", highlight=False)
+        rules = Table(title="heuristics (rules of thumb, not the estimate)", title_justify="left")
+        for column in ("rule", "value", "worked", "caveat"):
+            rules.add_column(column, overflow="fold")
+        for rule in document["heuristics"]:
+            rules.add_row(f"{rule['name']}: {rule['rule']}", str(rule["value"]), rule["worked"], rule["label"])
+        console.print(rules)
+    for note in chosen["notes"]:
+        console.print(f"note: {note}", highlight=False)
+    colour = "green" if document["fits"] else "red"
+    console.print(f"[{colour}]{document['verdict']}[/]", highlight=False)

@@ -1,0 +1,282 @@
+"""Evaluate a parallelism layout, recommend one, and find where communication eats the gains."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from provisioner.plan import formulas
+from provisioner.plan.formulas import Quantity
+from provisioner.plan.hardware import FABRICS, Gpu
+from provisioner.plan.models import ModelShape
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """What the collectives get: per-GPU intra-node GB/s, per-node inter-node GB/s, or a measured busbw."""
+
+    intra_node_gbps: float
+    inter_node_gbps: float
+    source: str
+    measured_all_gbps: float | None = None  # busbw of an all-nodes all-reduce (certification), if measured
+
+
+@dataclass(frozen=True)
+class Job:
+    """What is trained and how (everything but the layout)."""
+
+    shape: ModelShape
+    parameters: float
+    active_parameters: float
+    sequence: int
+    micro_batch: int
+    precision: str
+    optimizer: str
+    zero_stage: int
+    checkpointing: bool
+    mfu: float
+    overlap: float
+    flash_attention: bool = True
+
+
+@dataclass(frozen=True)
+class Cluster:
+    gpu: Gpu
+    gpus_per_node: int
+    nodes: int
+    bandwidth: Bandwidth
+    memory_reserve: float = 0.10  # CUDA context, NCCL buffers, allocator fragmentation
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def usable_memory_gb(self) -> float:
+        return self.gpu.memory_gb * (1 - self.memory_reserve)
+
+
+@dataclass(frozen=True)
+class Layout:
+    tensor: int
+    pipeline: int
+    data: int
+    micro_batches: int
+
+    def as_dict(self) -> dict:
+        return {"tensor_parallel": self.tensor, "pipeline_parallel": self.pipeline, "data_parallel": self.data,
+                "micro_batches": self.micro_batches}
+
+
+@dataclass
+class Evaluation:
+    layout: Layout
+    memory: list[Quantity]
+    memory_total_gb: float
+    fits: bool
+    communication: list[Quantity]
+    compute: Quantity
+    bubble: Quantity
+    step_time_ms: float
+    exposed_communication_ms: float
+    scaling_efficiency: float
+    predicted_mfu: float
+    tokens_per_step: int
+    gradient_bytes: float
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "layout": self.layout.as_dict(), "memory": [q.as_dict() for q in self.memory],
+            "memory_total_gb": round(self.memory_total_gb, 2), "fits": self.fits,
+            "gradient_bytes_per_step": self.gradient_bytes,
+            "communication": [q.as_dict() for q in self.communication], "compute": self.compute.as_dict(),
+            "pipeline_bubble": self.bubble.as_dict(), "step_time_ms": round(self.step_time_ms, 3),
+            "exposed_communication_ms": round(self.exposed_communication_ms, 3),
+            "scaling_efficiency": round(self.scaling_efficiency, 4), "predicted_mfu": round(self.predicted_mfu, 4),
+            "tokens_per_step": self.tokens_per_step, "notes": self.notes,
+        }
+
+
+def _data_parallel_sync(job: Job, cluster: Cluster, layout: Layout, nbytes: float) -> list[Quantity]:
+    """Gradient synchronisation per step over the data-parallel group, per level of the hierarchy."""
+    volume = 3.0 if job.zero_stage >= 3 else 2.0
+    what = "ZeRO-3 gather/gather/reduce-scatter" if job.zero_stage >= 3 else "gradient all-reduce"
+    d, bandwidth = layout.data, cluster.bandwidth
+    if d < 2:
+        return []
+    per_node = max(1, min(d, cluster.gpus_per_node // layout.tensor))
+    nodes = -(-d // per_node)
+    if bandwidth.measured_all_gbps is not None and nodes > 1:
+        return [formulas.ring_all_reduce_time(nbytes, d, bandwidth.measured_all_gbps, volume,
+                                              f"{what}, all levels (measured busbw)")]
+    steps = []
+    if per_node > 1:
+        steps.append(formulas.ring_all_reduce_time(nbytes, per_node, bandwidth.intra_node_gbps, volume,
+                                                   f"{what}, inside the node ({per_node} GPUs)"))
+    if nodes > 1:
+        share = bandwidth.inter_node_gbps * per_node / cluster.gpus_per_node
+        steps.append(formulas.ring_all_reduce_time(nbytes, nodes, share, volume,
+                                                   f"{what}, across {nodes} nodes"))
+    return steps
+
+
+def _tensor_parallel_traffic(job: Job, cluster: Cluster, layout: Layout) -> list[Quantity]:
+    """Megatron tensor parallelism: 4 all-reduce-equivalents of 2·s·b·h bytes per layer and micro-batch."""
+    t = layout.tensor
+    if t < 2:
+        return []
+    shape = job.shape
+    per_call = formulas.ring_all_reduce_time(2 * job.sequence * job.micro_batch * shape.hidden, t,
+                                             cluster.bandwidth.intra_node_gbps)
+    calls = 4 * (shape.layers // layout.pipeline) * layout.micro_batches
+    total = per_call.value * calls
+    return [Quantity("tensor-parallel activations", total, "ms",
+                     "m × (L/p) × 4 × 2(t-1)/t × 2·s·b·h / intra-node bandwidth",
+                     f"{layout.micro_batches} × {shape.layers // layout.pipeline} × 4 × {per_call.worked}"
+                     f" → {total:.4g} ms")]
+
+
+def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
+    """Memory, time and efficiency of one layout."""
+    shape, model_parallel = job.shape, layout.tensor * layout.pipeline
+    memory = formulas.model_state_memory(job.parameters, model_parallel, layout.data, job.zero_stage,
+                                         job.precision, job.optimizer)
+    memory += formulas.activation_memory(shape.layers, shape.hidden, shape.heads, shape.vocab, job.sequence,
+                                         job.micro_batch, layout.tensor, job.checkpointing, job.flash_attention)
+    total = sum(q.value for q in memory)
+    gradient_bytes = job.parameters / model_parallel * formulas.PRECISIONS[job.precision].gradient_bytes
+    tokens = job.micro_batch * job.sequence * layout.data * layout.micro_batches
+    compute = formulas.compute_time(job.active_parameters, tokens, cluster.gpus, cluster.gpu.bf16_dense_tflops,
+                                    job.mfu, job.checkpointing)
+    tensor_traffic = _tensor_parallel_traffic(job, cluster, layout)
+    sync = _data_parallel_sync(job, cluster, layout, gradient_bytes)
+    bubble = formulas.pipeline_bubble(layout.pipeline, layout.micro_batches)
+    busy = compute.value + sum(q.value for q in tensor_traffic)
+    busy_with_bubble = busy / (1 - bubble.value)
+    # Gradient traffic hides behind the last micro-batch's backward pass (2/3 of its compute), in part.
+    window = job.overlap * (2 / 3) * compute.value / layout.micro_batches
+    sync_time = sum(q.value for q in sync)
+    exposed_sync = max(0.0, sync_time - window)
+    step = busy_with_bubble + exposed_sync
+    ideal = compute.value / (8 / 6 if job.checkpointing else 1.0)
+    notes = []
+    if job.shape.experts > 1:
+        notes.append("mixture of experts: memory and gradients count every expert, compute the active ones; "
+                     "experts are replicated across data-parallel ranks (expert parallelism not modelled)")
+    return Evaluation(
+        layout=layout, memory=memory, memory_total_gb=total, fits=total <= cluster.usable_memory_gb,
+        communication=tensor_traffic + sync, compute=compute, bubble=bubble, step_time_ms=step,
+        exposed_communication_ms=exposed_sync + sum(q.value for q in tensor_traffic),
+        scaling_efficiency=compute.value / step if step else 1.0,
+        predicted_mfu=job.mfu * ideal / step if step else job.mfu, tokens_per_step=tokens,
+        gradient_bytes=gradient_bytes, notes=notes)
+
+
+def _powers_of_two_up_to(limit: int) -> list[int]:
+    values, value = [], 1
+    while value <= limit:
+        values.append(value)
+        value *= 2
+    return values
+
+
+def candidate_layouts(job: Job, cluster: Cluster, global_batch: int, tensor: int | None = None,
+                      pipeline: int | None = None, data: int | None = None) -> list[Layout]:
+    """Every layout of the cluster's GPUs: tensor parallel inside a node, pipeline stages, data parallel."""
+    layouts = []
+    tensors = [tensor] if tensor else [t for t in _powers_of_two_up_to(cluster.gpus_per_node)
+                                       if cluster.gpus_per_node % t == 0 and job.shape.heads % t == 0]
+    for t in tensors:
+        pipelines = [pipeline] if pipeline else [p for p in range(1, job.shape.layers + 1)
+                                                 if cluster.gpus % (t * p) == 0]
+        for p in pipelines:
+            if cluster.gpus % (t * p):
+                continue
+            d = cluster.gpus // (t * p)
+            if data and d != data:
+                continue
+            if global_batch % (job.micro_batch * d):
+                continue
+            layouts.append(Layout(t, p, d, global_batch // (job.micro_batch * d)))
+    return layouts
+
+
+def recommend(evaluations: list[Evaluation]) -> Evaluation | None:
+    """Pipeline only when memory demands it; among the rest the fastest step."""
+    fitting = [e for e in evaluations if e.fits]
+    without_pipeline = [e for e in fitting if e.layout.pipeline == 1]
+    pool = without_pipeline or fitting
+    return min(pool, key=lambda e: (e.step_time_ms, e.layout.tensor, e.layout.pipeline)) if pool else None
+
+
+@dataclass(frozen=True)
+class ScalingLimit:
+    gpus: int | None
+    efficiency_there: float | None
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"gpus": self.gpus, "scaling_efficiency_there": self.efficiency_there, "reason": self.reason}
+
+
+def scaling_limit(job: Job, cluster: Cluster, layout: Layout, global_batch: int) -> ScalingLimit:
+    """The smallest GPU count (whole nodes, same tensor/pipeline degrees and global batch) at which
+    communication takes longer than computing; or the batch's own limit on data parallelism."""
+    group = layout.tensor * layout.pipeline
+    max_data = global_batch // job.micro_batch
+    last = None
+    nodes = 1
+    while nodes <= 1_000_000:
+        gpus = nodes * cluster.gpus_per_node
+        if gpus % group == 0:
+            d = gpus // group
+            if d > max_data:
+                break
+            if max_data % d == 0:
+                trial = replace(cluster, nodes=nodes)
+                result = evaluate(job, trial, Layout(layout.tensor, layout.pipeline, d, max_data // d))
+                last = result
+                if result.exposed_communication_ms > result.compute.value:
+                    return ScalingLimit(gpus, result.scaling_efficiency,
+                                        f"beyond {gpus} GPUs communication ({result.exposed_communication_ms:.4g} ms"
+                                        f" exposed) exceeds compute ({result.compute.value:.4g} ms) per step")
+        nodes = nodes + 1 if nodes < 64 else nodes * 2
+    if last is None:
+        return ScalingLimit(None, None, "no whole-node layout of this shape fits the global batch")
+    gpus = last.layout.data * group
+    return ScalingLimit(None, last.scaling_efficiency,
+                        f"the global batch ({global_batch} sequences of micro-batch {job.micro_batch}) limits data "
+                        f"parallelism to {gpus} GPUs before communication exceeds compute "
+                        f"(scaling efficiency there {last.scaling_efficiency:.0%})")
+
+
+def heuristics(job: Job, cluster: Cluster, chosen: Evaluation) -> list[dict]:
+    """Widely quoted rules of thumb, computed for this job, labelled as heuristics."""
+    rules = []
+    sync = sum(q.value for q in chosen.communication if "tensor-parallel" not in q.name)
+    single_gpu = chosen.compute.value * cluster.gpus
+    if sync > 0:
+        rules.append({"name": "optimal GPU count (rule of thumb)",
+                      "rule": "compute_time_on_one_GPU / all_reduce_time × 0.85",
+                      "value": round(single_gpu / sync * 0.85, 1),
+                      "worked": f"{single_gpu:.4g} ms / {sync:.4g} ms × 0.85",
+                      "label": "heuristic: ignores overlap, the hierarchy and the batch limit; "
+                               "the scaling limit above is the principled estimate"})
+    nodes = max(2, 8 // cluster.gpus_per_node if cluster.gpus_per_node < 8 else cluster.nodes)
+    fast, slow = FABRICS["ib-ndr"], FABRICS["eth-100"]
+    per_node = cluster.gpus_per_node
+    outcome = {}
+    for fabric in (fast, slow):
+        bandwidth = Bandwidth(cluster.bandwidth.intra_node_gbps, fabric.gbyte_per_port * per_node, fabric.name)
+        trial = replace(cluster, nodes=nodes, bandwidth=bandwidth)
+        layouts = candidate_layouts(job, trial, job.micro_batch * trial.gpus, tensor=1, pipeline=1)
+        if layouts:
+            outcome[fabric.name] = evaluate(job, trial, layouts[0]).scaling_efficiency
+    if len(outcome) == 2:
+        rules.append({"name": "Ethernet vs InfiniBand (rule of thumb)",
+                      "rule": "inter-node all-reduce time scales with 1/line rate: 100 GbE is 4x slower than NDR",
+                      "value": ", ".join(f"{name} {value:.0%}" for name, value in outcome.items()),
+                      "worked": f"predicted scaling efficiency, pure data parallel, {nodes} nodes of {per_node} "
+                                "GPUs, one port per GPU",
+                      "label": "heuristic: nominal line rates; TCP without RDMA reaches less"})
+    return rules

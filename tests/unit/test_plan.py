@@ -1,0 +1,177 @@
+"""`provision plan`: the formulas on hand-computed cases, the layout choice, bad input, the command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.errors import InputError
+from provisioner.inventory import load_inventory
+from provisioner.plan import formulas, sizing
+from provisioner.plan.models import PRESETS
+from provisioner.plan.run import DoesNotFit, PlanRequest, build, default_global_batch, parse_count, plan
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "inventory" / "example"
+
+
+def test_gradient_transfer_times_match_the_hand_computed_cases():
+    assert formulas.transfer_time(280e6, 50).value == pytest.approx(5.6)
+    assert formulas.transfer_time(280e6, 12.5).value == pytest.approx(22.4)
+    # ring all-reduce, 8 ranks: 2·7/8 × 1 GB / 100 GB/s = 17.5 ms; ZeRO-3's volume 3: 26.25 ms
+    assert formulas.ring_all_reduce_time(1e9, 8, 100).value == pytest.approx(17.5)
+    assert formulas.ring_all_reduce_time(1e9, 8, 100, volume=3).value == pytest.approx(26.25)
+    assert formulas.ring_all_reduce_time(1e9, 1, 100).value == 0
+
+
+def test_presets_have_their_published_parameter_counts():
+    assert PRESETS["7B"].parameters == pytest.approx(6.74e9, rel=1e-3)
+    assert PRESETS["13B"].parameters == pytest.approx(13.02e9, rel=1e-3)
+    assert PRESETS["70B"].parameters == pytest.approx(68.98e9, rel=1e-3)
+    assert PRESETS["405B"].parameters == pytest.approx(405.8e9, rel=1e-3)
+    moe = PRESETS["8x7B-MoE"]
+    assert moe.parameters == pytest.approx(46.7e9, rel=1e-3)
+    assert moe.active_parameters == pytest.approx(12.9e9, rel=2e-3)
+    assert parse_count("7B") == 7e9 and parse_count("6.7e9") == 6.7e9 and parse_count("1.5t") == 1.5e12
+
+
+@pytest.mark.parametrize(("stage", "expected_gb"), [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.88)])
+def test_model_states_match_the_zero_paper(stage, expected_gb):
+    """ZeRO (Rajbhandari et al. 2020), figure 1: 7.5B parameters, Adam, mixed precision, 64 GPUs."""
+    parts = formulas.model_state_memory(7.5e9, 1, 64, stage, "bf16", "adamw")
+    assert sum(q.value for q in parts) == pytest.approx(expected_gb, rel=0.01)
+
+
+def test_activations_follow_the_per_layer_formula():
+    # GPT-3 175B layer, s=2048, b=1, h=12288, a=96: s·b·h·(34 + 5·a·s/h) = 2048·12288·114 bytes
+    layer = formulas.activation_memory(1, 12288, 96, 51200, 2048, 1, 1, checkpointing=False, flash_attention=False)
+    assert layer[0].value == pytest.approx(2048 * 12288 * 114 / 1e9)
+    assert layer[1].value == pytest.approx(4 * 2048 * 51200 / 1e9)
+    flash = formulas.activation_memory(96, 12288, 96, 51200, 2048, 1, 8, checkpointing=False)
+    assert flash[0].value == pytest.approx(96 * 2048 * 12288 / 8 * 34 / 1e9)
+    checkpointed = formulas.activation_memory(96, 12288, 96, 51200, 2048, 1, 8, checkpointing=True)
+    assert checkpointed[0].value == pytest.approx((96 * 2 * 2048 * 12288 / 8 + 2048 * 12288 / 8 * 34) / 1e9)
+    assert checkpointed[0].value < flash[0].value / 10
+
+
+def test_compute_time_and_bubble():
+    # 6 × 7e9 × 1M tokens / (8 × 989e12 × 0.4) = 13.27 s; full recompute costs 8/6 of it
+    assert formulas.compute_time(7e9, 1e6, 8, 989, 0.4, False).value == pytest.approx(13271.0, rel=1e-4)
+    assert formulas.compute_time(7e9, 1e6, 8, 989, 0.4, True).value == pytest.approx(13271.0 * 8 / 6, rel=1e-4)
+    assert formulas.pipeline_bubble(4, 12).value == pytest.approx(0.2)
+
+
+def test_seventy_b_on_eight_h100_nodes_uses_tensor_parallel_inside_the_node_and_no_pipeline():
+    document = plan(PlanRequest(model="70B", gpu="H100", nodes=8))
+    layout = document["recommended"]["layout"]
+    assert document["fits"] and layout["pipeline_parallel"] == 1 and layout["tensor_parallel"] == 8
+    assert document["recommended"]["memory_total_gb"] <= document["cluster"]["usable_memory_gb"]
+    every_formula = [q["formula"] for q in document["recommended"]["memory"] + document["recommended"]["communication"]]
+    assert all(every_formula) and document["recommended"]["compute"]["formula"].startswith("6 × P × tokens")
+
+
+def test_pipeline_appears_only_when_memory_demands_it():
+    tight = plan(PlanRequest(model="70B", gpu="H100", nodes=4, zero_stage=0))
+    assert tight["recommended"]["layout"]["pipeline_parallel"] > 1
+    assert not any(c["fits"] for c in tight["candidates"] if c["pipeline_parallel"] == 1)
+    assert tight["recommended"]["pipeline_bubble"]["value"] > 0
+
+
+def test_an_impossible_configuration_says_so():
+    with pytest.raises(DoesNotFit) as raised:
+        plan(PlanRequest(model="405B", gpu="A100-40GB", nodes=1, zero_stage=0))
+    document = raised.value.document
+    assert not document["fits"] and "does not fit in GPU memory at any layout" in document["verdict"]
+    assert document["closest"]["memory_total_gb"] > document["cluster"]["usable_memory_gb"]
+
+
+def test_a_slow_fabric_has_a_scaling_limit_where_communication_exceeds_compute():
+    request = PlanRequest(model="7B", gpu="H100", nodes=2, fabric="eth-100", hcas_per_node=1, zero_stage=1)
+    document = plan(request)
+    limit = document["scaling_limit"]
+    assert limit["gpus"] is not None and "communication" in limit["reason"]
+    job, cluster, global_batch = build(request)
+    layout = sizing.Layout(**{"tensor": document["recommended"]["layout"]["tensor_parallel"],
+                              "pipeline": 1, "data": 1, "micro_batches": 1})
+
+    def at(gpus: int) -> sizing.Evaluation:
+        d = gpus // layout.tensor
+        trial = sizing.Cluster(cluster.gpu, 8, gpus // 8, cluster.bandwidth)
+        return sizing.evaluate(job, trial, sizing.Layout(layout.tensor, 1, d, global_batch // d))
+
+    assert at(limit["gpus"]).exposed_communication_ms > at(limit["gpus"]).compute.value
+    below = max(g for g in range(8, limit["gpus"], 8) if global_batch % (g // layout.tensor) == 0)
+    assert at(below).exposed_communication_ms <= at(below).compute.value
+    fast = plan(PlanRequest(model="7B", gpu="H100", nodes=2, fabric="ib-ndr", zero_stage=1))
+    assert fast["recommended"]["scaling_efficiency"] >= document["recommended"]["scaling_efficiency"]
+
+
+def test_heuristics_are_labelled_and_computed_from_the_estimate():
+    document = plan(PlanRequest(model="13B", gpu="H200", nodes=4))
+    rules = {rule["name"]: rule for rule in document["heuristics"]}
+    assert all("heuristic" in rule["label"] for rule in rules.values())
+    optimal = rules["optimal GPU count (rule of thumb)"]
+    chosen = document["recommended"]
+    sync = sum(q["value"] for q in chosen["communication"] if "tensor-parallel" not in q["name"])
+    assert optimal["value"] == pytest.approx(chosen["compute"]["value"] * 32 / sync * 0.85, rel=1e-3)
+    assert "Ethernet vs InfiniBand (rule of thumb)" in rules
+
+
+def test_the_default_batch_is_about_four_million_tokens_in_whole_micro_batches():
+    batch = default_global_batch(4096, 1, 64)
+    assert batch % 64 == 0 and 4 * 2**20 <= batch * 4096 < 4 * 2**20 + 64 * 4096
+
+
+def test_inventory_supplies_gpus_and_fabric():
+    document = plan(PlanRequest(model="7B", inventory=load_inventory(str(EXAMPLE))))
+    cluster = document["cluster"]
+    assert (cluster["gpu"], cluster["nodes"], cluster["gpus_per_node"]) == ("H100", 2, 8)
+    assert "8 x InfiniBand NDR = 400 GB/s per node" in cluster["bandwidth"]
+
+
+def _certification(tmp_path: Path, all_nodes: float) -> Path:
+    path = tmp_path / "certification.json"
+    path.write_text(json.dumps({"nodes": ["gpu01", "gpu02"], "medians_gbps": {
+        "nccl-tests.node": {"gpu01": 455.0, "gpu02": 440.0}, "nccl-tests.all": {"gpu01+gpu02": all_nodes}}}))
+    return path
+
+
+def test_a_certification_replaces_nominal_bandwidth_with_measured_busbw(tmp_path):
+    measured = plan(PlanRequest(model="7B", gpu="H100", nodes=2, certification=_certification(tmp_path, 40.0)))
+    assert "measured by provision certify" in measured["cluster"]["bandwidth"]
+    sync = [q for q in measured["recommended"]["communication"] if "measured" in q["name"]]
+    layout = measured["recommended"]["layout"]
+    gradient_bytes = measured["recommended"]["gradient_bytes_per_step"]
+    d = layout["data_parallel"]
+    assert sync and sync[0]["value"] == pytest.approx(2 * (d - 1) / d * gradient_bytes / 40e9 * 1e3)
+
+
+def test_bad_input_names_the_option_and_the_file(tmp_path, capsys):
+    with pytest.raises(InputError) as raised:
+        build(PlanRequest(model="3B", gpu="H100", nodes=2))
+    assert raised.value.problems[0].key == "--model"
+    with pytest.raises(InputError) as raised:
+        build(PlanRequest(model="7B", gpu="H100", nodes=2, tensor_parallel=3))
+    assert {p.key for p in raised.value.problems} == {"--tensor-parallel"}
+    with pytest.raises(InputError) as raised:
+        build(PlanRequest(parameters="7B", gpu="H100", nodes=2))
+    assert "dimensions" in raised.value.problems[0].message
+    broken = tmp_path / "certification.json"
+    broken.write_text("{}")
+    assert main(["plan", "--model", "7B", "--gpu", "H100", "--nodes", "2", "--certification", str(broken)]) == 2
+    assert "certification.json: medians_gbps" in capsys.readouterr().err
+    assert main(["plan", "--model", "7B", "--gpu", "Z9", "--nodes", "2"]) == 2
+    assert "--gpu: unknown GPU 'Z9'" in capsys.readouterr().err
+
+
+def test_the_command_prints_a_table_or_json_and_exits_one_when_nothing_fits(capsys):
+    assert main(["plan", "--model", "7B", "--gpu", "H100", "--nodes", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "recommended layout" in text and "2(n-1)/n" in text and "heuristic" in text
+    assert main(["plan", "--model", "8x7B-MoE", "--gpu", "H200", "--nodes", "2", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["model"]["active_parameters"] < document["model"]["parameters"]
+    assert main(["plan", "--model", "405B", "--gpu", "A100-40GB", "--nodes", "1", "--zero-stage", "0"]) == 1
+    assert "does not fit in GPU memory at any layout" in capsys.readouterr().out
