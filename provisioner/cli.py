@@ -96,7 +96,7 @@ def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
     training.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
                           help="attention scores are stored for the backward pass (5·a·s/h per layer)")
     for name in ("tensor-parallel", "pipeline-parallel", "data-parallel"):
-        training.add_argument(f"--{name}", type=int, help="fix this degree (default: recommend)")
+        training.add_argument(f"--{name}", type=_degree, help="a degree, or recommend (the default)")
     training.add_argument("--mfu", type=float, default=0.40, help="assumed model FLOPs utilisation of compute")
     training.add_argument("--overlap", type=float, default=0.5,
                           help="fraction of the last backward pass that hides gradient traffic")
@@ -113,6 +113,16 @@ def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("--inventory", "-i", help="take GPUs and fabric from this inventory")
     plan.add_argument("--certification", help="a certification.json: use its measured busbw instead of nominal")
     plan.add_argument("--json", action="store_true", help="print the document as JSON")
+
+
+def _degree(text: str) -> int | None:
+    """A parallelism degree, or `recommend` (None)."""
+    if text == "recommend":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor 'recommend'") from None
 
 
 def _print_problems(problems: list[InputProblem], what: str) -> None:

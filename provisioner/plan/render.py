@@ -53,6 +53,10 @@ def print_plan(console: Console, document: dict) -> None:
                               f"{chosen['gradient_bytes_per_step'] / 1e9:.3g} GB per GPU",
                               [*chosen["communication"], chosen["compute"], chosen["pipeline_bubble"]]))
     if document["fits"]:
+        other = document["activations_other_mode"]
+        console.print(f"{'with' if other['checkpointing'] else 'without'} full activation checkpointing: activations "
+                      f"{other['value']:.3g} GB ({other['formula']}), {other['memory_total_gb']:.1f} GB per GPU in all",
+                      highlight=False)
         console.print(f"exposed communication {chosen['exposed_communication_ms']:.4g} ms per step; scaling "
                       f"efficiency {chosen['scaling_efficiency']:.1%}; predicted MFU {chosen['predicted_mfu']:.1%}",
                       highlight=False)

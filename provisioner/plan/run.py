@@ -247,6 +247,13 @@ def plan(request: PlanRequest) -> dict:
                                "--checkpointing, a smaller micro-batch or sequence, or more GPUs")
         raise DoesNotFit(document)
     limit = sizing.scaling_limit(job, cluster, chosen.layout, global_batch)
+    other = formulas.activation_memory(shape.layers, shape.hidden, shape.heads, shape.vocab, job.sequence,
+                                       job.micro_batch, chosen.layout.tensor, not job.checkpointing,
+                                       job.flash_attention)[0]
+    current = next(q.value for q in chosen.memory if q.name == "activations")
+    document["activations_other_mode"] = {
+        **other.as_dict(), "checkpointing": not job.checkpointing,
+        "memory_total_gb": round(chosen.memory_total_gb - current + other.value, 2)}
     document.update({
         "fits": True, "recommended": chosen.as_dict(), "scaling_limit": limit.as_dict(),
         "heuristics": sizing.heuristics(job, cluster, chosen),

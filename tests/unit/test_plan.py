@@ -170,8 +170,12 @@ def test_the_command_prints_a_table_or_json_and_exits_one_when_nothing_fits(caps
     assert main(["plan", "--model", "7B", "--gpu", "H100", "--nodes", "2"]) == 0
     text = capsys.readouterr().out
     assert "recommended layout" in text and "2(n-1)/n" in text and "heuristic" in text
-    assert main(["plan", "--model", "8x7B-MoE", "--gpu", "H200", "--nodes", "2", "--json"]) == 0
+    assert main(["plan", "--model", "8x7B-MoE", "--gpu", "H200", "--nodes", "2", "--json",
+                 "--tensor-parallel", "recommend", "--pipeline-parallel", "1"]) == 0
     document = json.loads(capsys.readouterr().out)
+    assert document["recommended"]["layout"]["pipeline_parallel"] == 1
+    other = document["activations_other_mode"]
+    assert other["checkpointing"] and other["memory_total_gb"] < document["recommended"]["memory_total_gb"]
     assert document["model"]["active_parameters"] < document["model"]["parameters"]
     assert main(["plan", "--model", "405B", "--gpu", "A100-40GB", "--nodes", "1", "--zero-stage", "0"]) == 1
     assert "does not fit in GPU memory at any layout" in capsys.readouterr().out
