@@ -51,7 +51,8 @@ def print_plan(console: Console, document: dict) -> None:
                               f"{document['cluster']['usable_memory_gb']:.1f} GB usable", chosen["memory"]))
     console.print(_quantities(f"one step: {chosen['step_time_ms']:.4g} ms, gradients "
                               f"{chosen['gradient_bytes_per_step'] / 1e9:.3g} GB per GPU",
-                              [*chosen["communication"], chosen["compute"], chosen["pipeline_bubble"]]))
+                              [chosen["gradients"], *chosen["communication"], chosen["compute"],
+                               chosen["pipeline_bubble"]]))
     if document["fits"]:
         other = document["activations_other_mode"]
         console.print(f"{'with' if other['checkpointing'] else 'without'} full activation checkpointing: activations "

@@ -82,13 +82,14 @@ class Evaluation:
     predicted_mfu: float
     tokens_per_step: int
     gradient_bytes: float
+    gradients: Quantity
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
             "layout": self.layout.as_dict(), "memory": [q.as_dict() for q in self.memory],
             "memory_total_gb": round(self.memory_total_gb, 2), "fits": self.fits,
-            "gradient_bytes_per_step": self.gradient_bytes,
+            "gradient_bytes_per_step": self.gradient_bytes, "gradients": self.gradients.as_dict(),
             "communication": [q.as_dict() for q in self.communication], "compute": self.compute.as_dict(),
             "pipeline_bubble": self.bubble.as_dict(), "step_time_ms": round(self.step_time_ms, 3),
             "exposed_communication_ms": round(self.exposed_communication_ms, 3),
@@ -169,7 +170,11 @@ def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
         exposed_communication_ms=exposed_sync + sum(q.value for q in tensor_traffic),
         scaling_efficiency=compute.value / step if step else 1.0,
         predicted_mfu=job.mfu * ideal / step if step else job.mfu, tokens_per_step=tokens,
-        gradient_bytes=gradient_bytes, notes=notes)
+        gradient_bytes=gradient_bytes, notes=notes,
+        gradients=Quantity("gradient bytes per step (per GPU, each data-parallel group)", gradient_bytes / 1e6, "MB",
+                           "P/(t·p) × gradient bytes",
+                           f"{job.parameters:.4g}/{model_parallel} × "
+                           f"{formulas.PRECISIONS[job.precision].gradient_bytes} = {gradient_bytes / 1e6:.4g} MB"))
 
 
 def _powers_of_two_up_to(limit: int) -> list[int]:

@@ -69,6 +69,8 @@ def test_seventy_b_on_eight_h100_nodes_uses_tensor_parallel_inside_the_node_and_
     assert document["fits"] and layout["pipeline_parallel"] == 1 and layout["tensor_parallel"] == 8
     assert document["recommended"]["memory_total_gb"] <= document["cluster"]["usable_memory_gb"]
     every_formula = [q["formula"] for q in document["recommended"]["memory"] + document["recommended"]["communication"]]
+    gradients = document["recommended"]["gradients"]
+    assert gradients["value"] == pytest.approx(PRESETS["70B"].parameters / 8 * 2 / 1e6)
     assert all(every_formula) and document["recommended"]["compute"]["formula"].startswith("6 × P × tokens")
 
 
