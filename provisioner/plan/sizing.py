@@ -207,11 +207,13 @@ def candidate_layouts(job: Job, cluster: Cluster, global_batch: int, tensor: int
 
 
 def recommend(evaluations: list[Evaluation]) -> Evaluation | None:
-    """Pipeline only when memory demands it; among the rest the fastest step."""
+    """Pipeline only as deep as memory demands (fewest stages that fit); among those the fastest step."""
     fitting = [e for e in evaluations if e.fits]
-    without_pipeline = [e for e in fitting if e.layout.pipeline == 1]
-    pool = without_pipeline or fitting
-    return min(pool, key=lambda e: (e.step_time_ms, e.layout.tensor, e.layout.pipeline)) if pool else None
+    if not fitting:
+        return None
+    stages = min(e.layout.pipeline for e in fitting)
+    pool = [e for e in fitting if e.layout.pipeline == stages]
+    return min(pool, key=lambda e: (e.step_time_ms, e.layout.tensor))
 
 
 @dataclass(frozen=True)
@@ -225,8 +227,9 @@ class ScalingLimit:
 
 
 def scaling_limit(job: Job, cluster: Cluster, layout: Layout, global_batch: int) -> ScalingLimit:
-    """The smallest GPU count (whole nodes, same tensor/pipeline degrees and global batch) at which
-    communication takes longer than computing; or the batch's own limit on data parallelism."""
+    """The smallest GPU count (whole nodes, same tensor/pipeline degrees and global batch) at which less
+    than half of a step computes (exposed communication, or the pipeline bubble as micro-batches per
+    rank run out); or the batch's own limit on data parallelism."""
     group = layout.tensor * layout.pipeline
     max_data = global_batch // job.micro_batch
     last = None
@@ -241,17 +244,20 @@ def scaling_limit(job: Job, cluster: Cluster, layout: Layout, global_batch: int)
                 trial = replace(cluster, nodes=nodes)
                 result = evaluate(job, trial, Layout(layout.tensor, layout.pipeline, d, max_data // d))
                 last = result
-                if result.exposed_communication_ms > result.compute.value:
+                if result.scaling_efficiency < 0.5:
                     return ScalingLimit(gpus, result.scaling_efficiency,
-                                        f"beyond {gpus} GPUs communication ({result.exposed_communication_ms:.4g} ms"
-                                        f" exposed) exceeds compute ({result.compute.value:.4g} ms) per step")
+                                        f"from {gpus} GPUs on less than half of each step computes "
+                                        f"(efficiency {result.scaling_efficiency:.0%}): compute "
+                                        f"{result.compute.value:.4g} ms, exposed communication "
+                                        f"{result.exposed_communication_ms:.4g} ms, pipeline bubble "
+                                        f"{result.bubble.value:.0%}")
         nodes = nodes + 1 if nodes < 64 else nodes * 2
     if last is None:
         return ScalingLimit(None, None, "no whole-node layout of this shape fits the global batch")
     gpus = last.layout.data * group
     return ScalingLimit(None, last.scaling_efficiency,
                         f"the global batch ({global_batch} sequences of micro-batch {job.micro_batch}) limits data "
-                        f"parallelism to {gpus} GPUs before communication exceeds compute "
+                        f"parallelism to {gpus} GPUs before communication or the bubble take half a step "
                         f"(scaling efficiency there {last.scaling_efficiency:.0%})")
 
 

@@ -79,6 +79,8 @@ def test_pipeline_appears_only_when_memory_demands_it():
     assert tight["recommended"]["layout"]["pipeline_parallel"] > 1
     assert not any(c["fits"] for c in tight["candidates"] if c["pipeline_parallel"] == 1)
     assert tight["recommended"]["pipeline_bubble"]["value"] > 0
+    fewest = min(c["pipeline_parallel"] for c in tight["candidates"] if c["fits"])
+    assert tight["recommended"]["layout"]["pipeline_parallel"] == fewest
 
 
 def test_an_impossible_configuration_says_so():
@@ -93,7 +95,7 @@ def test_a_slow_fabric_has_a_scaling_limit_where_communication_exceeds_compute()
     request = PlanRequest(model="7B", gpu="H100", nodes=2, fabric="eth-100", hcas_per_node=1, zero_stage=1)
     document = plan(request)
     limit = document["scaling_limit"]
-    assert limit["gpus"] is not None and "communication" in limit["reason"]
+    assert limit["gpus"] is not None and "exposed communication" in limit["reason"]
     job, cluster, global_batch = build(request)
     layout = sizing.Layout(**{"tensor": document["recommended"]["layout"]["tensor_parallel"],
                               "pipeline": 1, "data": 1, "micro_batches": 1})
@@ -104,8 +106,10 @@ def test_a_slow_fabric_has_a_scaling_limit_where_communication_exceeds_compute()
         return sizing.evaluate(job, trial, sizing.Layout(layout.tensor, 1, d, global_batch // d))
 
     assert at(limit["gpus"]).exposed_communication_ms > at(limit["gpus"]).compute.value
+    assert at(limit["gpus"]).scaling_efficiency < 0.5
     below = max(g for g in range(8, limit["gpus"], 8) if global_batch % (g // layout.tensor) == 0)
     assert at(below).exposed_communication_ms <= at(below).compute.value
+    assert at(below).scaling_efficiency >= 0.5
     fast = plan(PlanRequest(model="7B", gpu="H100", nodes=2, fabric="ib-ndr", zero_stage=1))
     assert fast["recommended"]["scaling_efficiency"] >= document["recommended"]["scaling_efficiency"]
 
