@@ -62,6 +62,31 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
     # Testing only: perturb this rank's gradients to prove the gradient-norm check works.
     certify.add_argument("--inject-grad-fault", type=int, help=argparse.SUPPRESS)
+    replace = commands.add_parser("replace-node", help="rebuild a replaced GPU node, certify it, return it to service")
+    replace.add_argument("node")
+    replace.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+    replace.add_argument("--reason", default="hardware replaced", help="why (shown in Slurm while it is drained)")
+    replace.add_argument("--force", action="store_true", help="requeue the node's jobs instead of waiting for them")
+    replace.add_argument("--allow-firmware-update", action="store_true",
+                         help="bring the new node's HCA firmware in line (otherwise a difference stops the run)")
+    replace.add_argument("--steps", type=int, default=200, help="smoke-training steps (default 200)")
+    replace.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+
+    drain = commands.add_parser("drain", help="drain a GPU node in Slurm")
+    drain.add_argument("node")
+    drain.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+    drain.add_argument("--reason", required=True, help="why (shown in Slurm)")
+    drain.add_argument("--force", action="store_true", help="requeue the node's jobs")
+    drain.add_argument("--wait", action="store_true", help="wait (up to an hour) for its jobs to end")
+    drain.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+
+    resume = commands.add_parser("resume", help="return a drained GPU node to service (certified since its last "
+                                                "change, unless forced)")
+    resume.add_argument("node")
+    resume.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+    resume.add_argument("--force", action="store_true", help="resume without a certification since the last change")
+    resume.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+
     _add_plan_parser(commands)
 
     lab = commands.add_parser("lab", help="the local lab of containers that act as cluster nodes")
@@ -239,6 +264,41 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_replace_node(args: argparse.Namespace) -> int:
+    from provisioner.replace import ReplaceRequest, replace_node
+
+    if args.steps < 1:
+        raise InputError([InputProblem("command line", "--steps", "must be at least 1")])
+    return replace_node(ReplaceRequest(
+        inventory=_load(args.inventory), node=args.node, runs_dir=runs_dir(args.runs_dir), reason=args.reason,
+        force=args.force, allow_firmware_update=args.allow_firmware_update, steps=args.steps,
+        argv=["provision", *sys.argv[1:]]), console)
+
+
+def cmd_drain_resume(args: argparse.Namespace) -> int:
+    from provisioner.ledger import node_history
+    from provisioner.replace import check_node
+
+    inventory = _load(args.inventory)
+    check_node(inventory, args.node)
+    base = runs_dir(args.runs_dir)
+    argv = ["provision", *sys.argv[1:]]
+    if args.command == "drain":
+        extravars = {"_drain": [{"node": args.node, "reason": args.reason[:120]}], "_drain_force": args.force,
+                     "_drain_wait_s": 3600 if args.wait else 0}
+        return run_playbook(RunRequest(command="drain", playbook="drain.yml", inventory=inventory, runs_dir=base,
+                                       extravars=extravars, argv=argv), console).exit_code
+    history = node_history(base, args.node)
+    if not history.certified_since_change and not args.force:
+        error_console.print(f"[red]refused[/]: {args.node} has not passed certification since its last change "
+                            f"(last change: {history.last_change or 'none recorded'}, last passed certification: "
+                            f"{history.last_certified or 'none'}); run provision certify --nodes {args.node},... "
+                            "or resume with --force", highlight=False)
+        return EXIT_FAILED
+    return run_playbook(RunRequest(command="resume", playbook="resume.yml", inventory=inventory, runs_dir=base,
+                                   extravars={"_resume": [args.node]}, argv=argv), console).exit_code
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     from provisioner.lab import cluster
     from provisioner.lab.engine import EngineError
@@ -278,7 +338,8 @@ def _print_lab(statuses: list) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"inventory": cmd_validate, "apply": cmd_run, "check": cmd_run, "inspect": cmd_inspect,
-                "certify": cmd_certify, "plan": cmd_plan, "lab": cmd_lab}
+                "certify": cmd_certify, "plan": cmd_plan, "lab": cmd_lab,
+                "replace-node": cmd_replace_node, "drain": cmd_drain_resume, "resume": cmd_drain_resume}
     try:
         return handlers[args.command](args)
     except InputError as error:

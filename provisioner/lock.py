@@ -19,6 +19,9 @@ from pathlib import Path
 from provisioner.errors import LockHeldError
 
 LOCK_FILE_NAME = ".provision.lock"
+# Locks this process holds (a command made of several runs, e.g. replace-node, takes the lock
+# once; the runs inside it take it again without refusing themselves).
+_HELD: dict[Path, int] = {}
 
 
 def _describe(holder: dict) -> str:
@@ -28,8 +31,18 @@ def _describe(holder: dict) -> str:
 
 @contextmanager
 def inventory_lock(inventory_dir: Path, command: str) -> Iterator[Path]:
-    """Hold the inventory's lock for the duration of the block; raise LockHeldError if taken."""
+    """Hold the inventory's lock for the duration of the block; raise LockHeldError if taken.
+
+    Re-entrant within one process: an outer command's hold covers the runs it makes."""
     path = inventory_dir / LOCK_FILE_NAME
+    key = path.resolve()
+    if _HELD.get(key):
+        _HELD[key] += 1
+        try:
+            yield path
+        finally:
+            _HELD[key] -= 1
+        return
     handle = path.open("a+", encoding="utf-8")
     try:
         try:
@@ -51,9 +64,11 @@ def inventory_lock(inventory_dir: Path, command: str) -> Iterator[Path]:
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
         }))
         handle.flush()
+        _HELD[key] = 1
         try:
             yield path
         finally:
+            _HELD.pop(key, None)
             handle.seek(0)
             handle.truncate()
             fcntl.flock(handle, fcntl.LOCK_UN)

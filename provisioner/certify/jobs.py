@@ -130,7 +130,7 @@ def busy_nodes(sinfo: str, nodes: list[str], reservation: str, reservation_info:
             problems.append(f"{node}: not known to Slurm")
             continue
         state = sorted(seen)[0]
-        free = {"idle"} | ({"reserved", "resv", "planned"} if node in reserved else set())
+        free = {"idle"} | ({"reserved", "resv", "planned", "maint"} if node in reserved else set())
         if reservation and node not in reserved:
             problems.append(f"{node}: not in reservation {reservation}")
         elif state.rstrip("*~#!%$@^-") not in free or state.endswith("*"):

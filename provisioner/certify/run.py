@@ -110,6 +110,11 @@ def _drain(request: CertifyRequest, verdicts: dict[str, dict[str, Any]], console
 
 def certify(request: CertifyRequest, console: Console) -> int:
     """Run the certification; 0 certified, 1 not certified (or refused), 2 bad input (raised)."""
+    return run_certification(request, console)[0]
+
+
+def run_certification(request: CertifyRequest, console: Console) -> tuple[int, Path | None, dict[str, Any] | None]:
+    """The certification's exit code, run record and certification.json document (None where no job ran)."""
     inventory = request.inventory
     nodes = selected_nodes(inventory, request.nodes)
     if not nodes:
@@ -132,14 +137,14 @@ def certify(request: CertifyRequest, console: Console) -> int:
         handed = criteria.json_file(output)
     if handed is None:
         console.print("[red]certification did not run[/]: the playbook stopped before the jobs (see above)")
-        return outcome.exit_code or EXIT_FAILED
+        return outcome.exit_code or EXIT_FAILED, outcome.record, None
     if "refused" in handed:
         reasons = handed.get("busy") or [f"{d['host']}: {d['component']} {d['found']} (expected {d['expected']})"
                                           for d in handed.get("differences", [])]
         console.print(f"[red]certification refused[/]: {handed['refused']}", highlight=False)
         for reason in reasons:
             console.print(f"  {reason}", highlight=False)
-        return EXIT_FAILED
+        return EXIT_FAILED, outcome.record, None
     results = handed["results"]
     checks, medians = criteria.communication_checks(results, judge)
     training_result = next((r for r in results if r["instrument"] == "train"), None)
@@ -171,4 +176,4 @@ def certify(request: CertifyRequest, console: Console) -> int:
                   f"{record / 'certification.html'}", highlight=False)
     if request.drain_failed:
         _drain(request, verdicts, console)
-    return EXIT_OK if certified else EXIT_FAILED
+    return EXIT_OK if certified else EXIT_FAILED, record, document

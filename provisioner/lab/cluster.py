@@ -405,3 +405,39 @@ def lab_down(log: Callable[[str], None] = print) -> None:
 
 def status_as_dicts(statuses: list[NodeStatus]) -> list[dict]:
     return [asdict(status) for status in statuses]
+
+
+def replace_gpu_node(node: str, log: Callable[[str], None] = print) -> str:
+    """Destroy a lab GPU node and start a bare machine in its place, as a hardware swap does:
+    a fresh container from the base image, a new address, a new SSH host key, new GPU serials
+    and HCA GUIDs. The lab inventory gets the new address (what an operator writes into the
+    inventory for the new machine); known_hosts is left alone (replace-node refreshes it).
+    Returns the new address."""
+    config = json.loads((lab_dir() / "lab.json").read_text())
+    gpus = int(config["gpus_per_node"])
+    if node not in {gpu_node_name(n) for n in range(1, int(config["nodes"]) + 1)}:
+        raise ValueError(f"{node} is not a GPU node of this lab")
+    old = _address(_inspect(container_name(node)) or {})
+    log(f"destroying lab node {node} ({old})")
+    docker("rm", "--force", container_name(node))
+    for key in (node_dir(node) / "ssh").glob("ssh_host_*"):
+        key.unlink()
+    number = int(node.removeprefix("gpu"))
+    _prepare_node_files(node, number, gpus, reset_state=False)
+    # Another machine: other serials, UUIDs and GUIDs (the number only seeds the identifiers).
+    hw_state.write_state(node_hw_dir(node), hw_state.default_node_state(number + 100, gpus, LAB_HCAS))
+    # A placeholder started first takes the freed address (or the next one), so the new
+    # machine cannot get the old address back whichever way the engine hands them out.
+    placeholder = container_name(f"{node}-old-address")
+    docker("run", "--detach", "--name", placeholder, "--network", NETWORK, "--label", f"{LABEL}=placeholder",
+           NODE_IMAGE, "sleep", "600")
+    try:
+        log(f"starting a bare {node}")
+        _create_container(node, "gpu", gpus)
+    finally:
+        docker("rm", "--force", placeholder, check=False)
+    _wait_for_boot(node)
+    _create_gpu_devices(node, gpus)
+    addresses = {s.name: s.address for s in lab_status() if s.role != "repo" and s.address}
+    write_lab_inventory(addresses, gpus)
+    return addresses[node]

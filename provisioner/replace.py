@@ -1,0 +1,236 @@
+"""provision replace-node: drain, rebuild, verify, certify and resume one GPU node, step by step.
+
+Each step is recorded (name, start, duration, outcome, evidence, the run record of its
+playbook) in the command's own run record, `replace-node.json`. A failed step leaves the node
+drained with the step as the reason, and the command exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from provisioner import known_hosts
+from provisioner.certify.jobs import busy_nodes
+from provisioner.certify.run import CertifyRequest, run_certification
+from provisioner.errors import InputError, InputProblem
+from provisioner.fleet import table as fleet_table
+from provisioner.inventory import Inventory
+from provisioner.lock import inventory_lock
+from provisioner.records import new_record_dir
+from provisioner.runner import EXIT_FAILED, EXIT_OK, RunRequest, run_playbook
+
+REASON_LIMIT = 120
+
+
+class StepFailed(Exception):
+    """A step did not succeed; the message is the drain reason's detail."""
+
+
+@dataclass
+class ReplaceRequest:
+    inventory: Inventory
+    node: str
+    runs_dir: Path
+    reason: str = "hardware replaced"
+    force: bool = False
+    allow_firmware_update: bool = False
+    steps: int = 200
+    drain_wait_s: int = 3600
+    partner_wait_s: int = 600
+    argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StepRecord:
+    name: str
+    started: str
+    duration_s: float = 0.0
+    ok: bool = False
+    detail: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    run_record: str | None = None
+
+
+def check_node(inventory: Inventory, node: str) -> None:
+    if node not in inventory.group("gpu_nodes"):
+        raise InputError([InputProblem(str(inventory.hosts_file), "gpu_nodes",
+                                       f"{node} is not a GPU node of inventory {inventory.name} (add the "
+                                       "replacement's address under gpu_nodes first)")])
+
+
+def _playbook(request: ReplaceRequest, console: Console, command: str, playbook: str,
+              extravars: dict[str, Any]) -> Path:
+    outcome = run_playbook(RunRequest(command=command, playbook=playbook, inventory=request.inventory,
+                                      runs_dir=request.runs_dir, extravars=extravars, argv=request.argv), console)
+    if outcome.exit_code != EXIT_OK:
+        failures = [f"{host}: {reason}" for host, result in outcome.summary.get("hosts", {}).items()
+                    for reason in (result.get("failures") or [])[:1]]
+        raise StepFailed("; ".join(failures)[:300] or f"{playbook} exited {outcome.exit_code}")
+    return outcome.record
+
+
+def _handed(request: ReplaceRequest, console: Console, command: str, playbook: str, key: str,
+            extravars: dict[str, Any]) -> tuple[dict[str, Any], Path]:
+    """Run a playbook that writes a JSON file for the CLI (its path in `key`); return the file's content."""
+    with tempfile.TemporaryDirectory(prefix="provision-replace-") as scratch:
+        output = Path(scratch) / "out.json"
+        record = _playbook(request, console, command, playbook, {**extravars, key: str(output)})
+        return json.loads(output.read_text()), record
+
+
+def drain(request: ReplaceRequest, console: Console, reason: str, wait: bool) -> Path:
+    return _playbook(request, console, "drain", "drain.yml", {
+        "_drain": [{"node": request.node, "reason": reason[:REASON_LIMIT]}], "_drain_force": request.force,
+        "_drain_wait_s": request.drain_wait_s if wait else 0})
+
+
+def _partner(request: ReplaceRequest, console: Console, step: StepRecord) -> str:
+    """An idle GPU node other than the replaced one, waiting for one to become idle."""
+    others = [n for n in request.inventory.group("gpu_nodes") if n != request.node]
+    if not others:
+        raise StepFailed("no other GPU node to test against")
+    deadline = time.monotonic() + request.partner_wait_s
+    while True:
+        handed, _ = _handed(request, console, "replace-node-states", "slurm_states.yml", "_states_output", {})
+        busy = {line.split(":", 1)[0] for line in busy_nodes(handed["sinfo"], others, "", "")}
+        idle = [n for n in others if n not in busy]
+        if idle:
+            step.evidence["partner_states"] = handed["sinfo"]
+            return idle[0]
+        if time.monotonic() > deadline:
+            raise StepFailed(f"no idle healthy node to pair with within {request.partner_wait_s} s "
+                             f"({', '.join(sorted(busy))} busy)")
+        time.sleep(15)
+
+
+def _certify(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
+    partner = _partner(request, console, step)
+    reservation = _reservation(request)
+    nodes = [request.node, partner]
+    step.evidence.update({"partner": partner, "reservation": reservation})
+    _playbook(request, console, "replace-node-reserve", "reservation.yml", {
+        "_reservation_name": reservation, "_reservation_action": "create", "_reservation_nodes": nodes})
+    # Inside the maintenance reservation the resumed node takes only provisioning's jobs.
+    _playbook(request, console, "replace-node-resume", "resume.yml", {"_resume": [request.node]})
+    code, record, document = run_certification(CertifyRequest(
+        inventory=request.inventory, runs_dir=request.runs_dir, nodes=nodes, steps=request.steps,
+        reservation=reservation, argv=request.argv), console)
+    step.run_record = str(record) if record else None
+    if document is None:
+        raise StepFailed("certification did not run (see its run record)")
+    verdict = document["node_verdicts"].get(request.node, {})
+    step.evidence["certification"] = {"certified": document["certified"],
+                                      "node_verdicts": document["node_verdicts"]}
+    if code != EXIT_OK or not verdict.get("certified"):
+        failed = verdict.get("failed_checks") or [c["name"] for c in document["checks"] if not c["passed"]]
+        raise StepFailed(", ".join(failed) or "not certified")
+
+
+def _release(request: ReplaceRequest, console: Console) -> Path:
+    """Delete the maintenance reservation (if any): a resumed node is then open to every user."""
+    return _playbook(request, console, "replace-node-release", "reservation.yml", {
+        "_reservation_name": _reservation(request), "_reservation_action": "delete"})
+
+
+def _reservation(request: ReplaceRequest) -> str:
+    return f"provision-replace-{request.node}"
+
+
+def _resume(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
+    step.run_record = str(_release(request, console))
+    handed, _ = _handed(request, console, "replace-node-states", "slurm_states.yml", "_states_output", {})
+    states = [line.split()[1].lower() for line in handed["sinfo"].splitlines()
+              if len(line.split()) > 1 and line.split()[0] == request.node]
+    step.evidence["states"] = states
+    held = [state for state in states if any(word in state for word in ("drain", "down", "fail", "maint", "resv"))]
+    if not states or held:
+        raise StepFailed(f"not in service after the resume: {', '.join(states) or 'unknown to Slurm'}")
+
+
+def _verify_versions(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
+    handed, record = _handed(request, console, "replace-node-versions", "fleet_versions.yml", "_fleet_output", {})
+    step.run_record = str(record)
+    differences = handed["differences"]
+    step.evidence.update({"nodes_compared": handed["nodes"], "differences": differences})
+    if request.node not in handed["nodes"]:
+        raise StepFailed("its versions could not be read")
+    if differences:
+        console.print(fleet_table(differences), highlight=False)
+        components = sorted({f"{d['component']} {d['found']} (expected {d['expected']})" for d in differences
+                             if d["host"] == request.node} or {f"{d['host']}: {d['component']}" for d in differences})
+        raise StepFailed("differs from the fleet: " + "; ".join(components))
+
+
+def replace_node(request: ReplaceRequest, console: Console) -> int:
+    """Run every step; 0 when the node is back in service, 1 when a step failed (node left drained)."""
+    inventory, node = request.inventory, request.node
+    check_node(inventory, node)
+    address = str(inventory.hostvars[node].get("ansible_host", node))
+    with inventory_lock(inventory.directory, "replace-node"):
+        record = new_record_dir(request.runs_dir, "replace-node-steps")
+        steps: list[StepRecord] = []
+        document = {"command": "replace-node", "argv": request.argv, "inventory": inventory.name, "node": node,
+                    "address": address, "reason": request.reason, "started": datetime.now(UTC).isoformat(),
+                    "steps": steps}
+
+        def save() -> None:
+            (record / "replace-node.json").write_text(json.dumps(
+                {**document, "steps": [asdict(s) for s in steps]}, indent=2) + "\n")
+
+        def step(name: str, action: Callable[[StepRecord], None]) -> None:
+            current = StepRecord(name, datetime.now(UTC).isoformat(timespec="seconds"))
+            steps.append(current)
+            save()
+            console.rule(f"replace-node {node}: {name}")
+            clock = time.monotonic()
+            try:
+                action(current)
+                current.ok = True
+            except (StepFailed, known_hosts.KnownHostsError) as error:
+                current.detail = str(error)
+                raise
+            finally:
+                current.duration_s = round(time.monotonic() - clock, 1)
+                save()
+
+        def set_record(current: StepRecord, path: Path) -> None:
+            current.run_record = str(path)
+
+        hold = f"replace-node: {request.reason}"
+        try:
+            step("drain", lambda s: set_record(s, drain(request, console, hold, wait=True)))
+            step("known hosts", lambda s: s.evidence.update({"fingerprints": known_hosts.refresh(
+                known_hosts.known_hosts_file(inventory.hostvars[node]), node, address)}))
+            step("build", lambda s: set_record(s, _playbook(request, console, "replace-node", "replace_node.yml", {
+                "_replace_node": node, **({"firmware_update_allowed": True} if request.allow_firmware_update
+                                          else {})})))
+            step("verify versions", lambda s: _verify_versions(request, console, s))
+            step("certify", lambda s: _certify(request, console, s))
+            step("resume", lambda s: _resume(request, console, s))
+        except (StepFailed, known_hosts.KnownHostsError):
+            failed = steps[-1]
+            reason = f"replace-node: {failed.name}: {failed.detail}"
+            try:
+                drain(request, console, reason, wait=False)
+                _release(request, console)
+            except StepFailed as error:
+                failed.detail += f" (and draining again failed: {error})"
+            document.update({"result": "failed", "failed_step": failed.name, "drain_reason": reason[:REASON_LIMIT],
+                             "finished": datetime.now(UTC).isoformat()})
+            save()
+            console.print(f"[red]replace-node {node} failed at {failed.name}[/]: {failed.detail}", highlight=False)
+            console.print(f"{node} stays drained ({reason[:REASON_LIMIT]}); record: {record}", highlight=False)
+            return EXIT_FAILED
+        document.update({"result": "in service", "finished": datetime.now(UTC).isoformat()})
+        save()
+        console.print(f"[green]{node} replaced, certified and back in service[/]; record: {record}", highlight=False)
+        return EXIT_OK
