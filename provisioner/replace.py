@@ -170,6 +170,25 @@ def _verify_versions(request: ReplaceRequest, console: Console, step: StepRecord
         raise StepFailed("differs from the fleet: " + "; ".join(components))
 
 
+def _build(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
+    """All roles on the node, the cluster-wide files everywhere. A failure that comes from the node
+    differing from the fleet (firmware not allowed to move) is reported as that difference."""
+    extravars: dict[str, Any] = {"_replace_node": request.node}
+    if request.allow_firmware_update:
+        extravars["firmware_update_allowed"] = True
+    try:
+        step.run_record = str(_playbook(request, console, "replace-node", "replace_node.yml", extravars))
+    except StepFailed as failure:
+        if "differs from the fleet" not in str(failure):
+            raise
+        try:
+            _verify_versions(request, console, StepRecord("versions after a failed build", ""))
+        except StepFailed as difference:
+            if "differs from the fleet" in str(difference):
+                raise StepFailed(f"{difference} (build: {failure})") from failure
+        raise
+
+
 def replace_node(request: ReplaceRequest, console: Console) -> int:
     """Run every step; 0 when the node is back in service, 1 when a step failed (node left drained)."""
     inventory, node = request.inventory, request.node
@@ -210,15 +229,13 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
             step("drain", lambda s: set_record(s, drain(request, console, hold, wait=True)))
             step("known hosts", lambda s: s.evidence.update({"fingerprints": known_hosts.refresh(
                 known_hosts.known_hosts_file(inventory.hostvars[node]), node, address)}))
-            step("build", lambda s: set_record(s, _playbook(request, console, "replace-node", "replace_node.yml", {
-                "_replace_node": node, **({"firmware_update_allowed": True} if request.allow_firmware_update
-                                          else {})})))
+            step("build", lambda s: _build(request, console, s))
             step("verify versions", lambda s: _verify_versions(request, console, s))
             step("certify", lambda s: _certify(request, console, s))
             step("resume", lambda s: _resume(request, console, s))
         except (StepFailed, known_hosts.KnownHostsError):
             failed = steps[-1]
-            reason = f"replace-node: {failed.name}: {failed.detail}"
+            reason = " ".join(f"replace-node: {failed.name}: {failed.detail}".split())
             try:
                 drain(request, console, reason, wait=False)
                 _release(request, console)
