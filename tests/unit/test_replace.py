@@ -1,0 +1,72 @@
+"""replace-node's parts that need no cluster: the node ledger, known_hosts, the re-entrant lock."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from provisioner.known_hosts import known_hosts_file
+from provisioner.ledger import node_history
+from provisioner.lock import inventory_lock
+
+
+def _record(runs: Path, name: str, summary: dict | None = None, certification: dict | None = None) -> None:
+    record = runs / name
+    record.mkdir(parents=True)
+    if summary is not None:
+        (record / "summary.json").write_text(json.dumps(summary))
+    if certification is not None:
+        (record / "certification.json").write_text(json.dumps(certification))
+
+
+def _certified(node: str, ok: bool = True, injected: bool = False) -> dict:
+    return {"fault_injected": injected, "node_verdicts": {node: {"certified": ok, "failed_checks": []}}}
+
+
+def test_a_node_is_resumable_only_when_certified_after_its_last_change(tmp_path: Path):
+    runs = tmp_path / "runs"
+    assert not node_history(runs, "gpu02").certified_since_change
+    _record(runs, "20261201T100000Z-apply", {"command": "apply", "hosts": {"gpu02": {"changed": 3}}})
+    _record(runs, "20261201T110000Z-certify", {"command": "certify"}, _certified("gpu02"))
+    assert node_history(runs, "gpu02").certified_since_change
+    # a check run or an apply that changed nothing on the node is not a change
+    _record(runs, "20261201T120000Z-check", {"command": "check", "check": True, "hosts": {"gpu02": {"changed": 1}}})
+    _record(runs, "20261201T130000Z-apply", {"command": "apply", "hosts": {"gpu02": {"changed": 0}}})
+    assert node_history(runs, "gpu02").certified_since_change
+    _record(runs, "20261201T140000Z-replace-node", {"command": "replace-node", "hosts": {"gpu02": {"changed": 9}}})
+    history = node_history(runs, "gpu02")
+    assert not history.certified_since_change and history.last_change == "20261201T140000Z-replace-node"
+    # a failed certification, or one with an injected fault, does not count
+    _record(runs, "20261201T150000Z-certify", {"command": "certify"}, _certified("gpu02", ok=False))
+    _record(runs, "20261201T160000Z-certify", {"command": "certify"}, _certified("gpu02", injected=True))
+    assert not node_history(runs, "gpu02").certified_since_change
+    _record(runs, "20261201T170000Z-certify", {"command": "certify"}, _certified("gpu02"))
+    assert node_history(runs, "gpu02").certified_since_change
+    assert not node_history(runs, "gpu01").certified_since_change
+
+
+def test_the_known_hosts_file_is_the_one_ansible_checks():
+    args = "-o UserKnownHostsFile=/srv/lab/known_hosts -o StrictHostKeyChecking=yes"
+    assert known_hosts_file({"ansible_ssh_common_args": args}) == Path("/srv/lab/known_hosts")
+    assert known_hosts_file({}) == Path("~/.ssh/known_hosts").expanduser()
+
+
+def test_the_lock_is_reentrant_in_one_process_and_refuses_another(tmp_path: Path):
+    with inventory_lock(tmp_path, "replace-node"), inventory_lock(tmp_path, "drain"):
+        other = subprocess.run(
+            [sys.executable, "-c", "import sys; from pathlib import Path; from provisioner.lock import "
+             "inventory_lock\ntry:\n with inventory_lock(Path(sys.argv[1]), 'apply'): print('got it')\n"
+             "except Exception as e: print(type(e).__name__, e)", str(tmp_path)],
+            capture_output=True, text=True, check=True)
+        assert other.stdout.startswith("LockHeldError") and "provision replace-node" in other.stdout
+    with pytest.raises(RuntimeError), inventory_lock(tmp_path, "apply"):
+        raise RuntimeError("a failed step")
+    released = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from provisioner.lock import inventory_lock\n"
+         "with inventory_lock(Path(sys.argv[1]), 'apply'): print('got it')", str(tmp_path)],
+        capture_output=True, text=True, check=True)
+    assert released.stdout.strip() == "got it"
