@@ -72,10 +72,18 @@ def _playbook(request: ReplaceRequest, console: Console, command: str, playbook:
     outcome = run_playbook(RunRequest(command=command, playbook=playbook, inventory=request.inventory,
                                       runs_dir=request.runs_dir, extravars=extravars, argv=request.argv), console)
     if outcome.exit_code != EXIT_OK:
-        failures = [f"{host}: {reason}" for host, result in outcome.summary.get("hosts", {}).items()
+        failures = [f"{host}: {_first_line(reason)}" for host, result in outcome.summary.get("hosts", {}).items()
                     for reason in (result.get("failures") or [])[:1]]
         raise StepFailed("; ".join(failures)[:300] or f"{playbook} exited {outcome.exit_code}")
     return outcome.record
+
+
+def _first_line(failure: Any) -> str:
+    """A run record's failure ({phase, task, message} or text) as one line: the task and its message's first line."""
+    if isinstance(failure, dict):
+        message = str(failure.get("message") or "").strip().splitlines()
+        return f"{failure.get('task', '?')}: {message[0] if message else 'failed'}"
+    return str(failure).strip().splitlines()[0] if str(failure).strip() else "failed"
 
 
 def _handed(request: ReplaceRequest, console: Console, command: str, playbook: str, key: str,
@@ -185,7 +193,7 @@ def _build(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
             _verify_versions(request, console, StepRecord("versions after a failed build", ""))
         except StepFailed as difference:
             if "differs from the fleet" in str(difference):
-                raise StepFailed(f"{difference} (build: {failure})") from failure
+                raise StepFailed(str(difference)) from failure
         raise
 
 
