@@ -163,9 +163,9 @@ def _prepare_node_files(node: str, number: int, gpus: int, reset_state: bool) ->
         hw_state.write_state(hw, hw_state.default_node_state(number, gpus, LAB_HCAS if gpus else 0))
 
 
-def _create_container(node: str, role: str, gpus: int) -> None:
+def _create_container(node: str, role: str, gpus: int, name: str | None = None) -> None:
     docker(
-        "run", "--detach", "--name", container_name(node), "--hostname", node,
+        "run", "--detach", "--name", name or container_name(node), "--hostname", node,
         "--network", NETWORK, "--network-alias", node,
         "--label", f"{LABEL}=node", "--label", f"{LABEL}.role={role}", "--label", f"{LABEL}.gpus={gpus}",
         "--label", f"{LABEL}.dir={lab_dir()}", "--label", f"{LABEL}.instance={lab_instance()}",
@@ -418,24 +418,20 @@ def replace_gpu_node(node: str, log: Callable[[str], None] = print) -> str:
     if node not in {gpu_node_name(n) for n in range(1, int(config["nodes"]) + 1)}:
         raise ValueError(f"{node} is not a GPU node of this lab")
     old = _address(_inspect(container_name(node)) or {})
-    log(f"destroying lab node {node} ({old})")
-    docker("rm", "--force", container_name(node))
     for key in (node_dir(node) / "ssh").glob("ssh_host_*"):
         key.unlink()
     number = int(node.removeprefix("gpu"))
     _prepare_node_files(node, number, gpus, reset_state=False)
     # Another machine: other serials, UUIDs and GUIDs (the number only seeds the identifiers).
     hw_state.write_state(node_hw_dir(node), hw_state.default_node_state(number + 100, gpus, LAB_HCAS))
-    # A placeholder started first takes the freed address (or the next one), so the new
-    # machine cannot get the old address back whichever way the engine hands them out.
-    placeholder = container_name(f"{node}-old-address")
-    docker("run", "--detach", "--name", placeholder, "--network", NETWORK, "--label", f"{LABEL}=placeholder",
-           NODE_IMAGE, "sleep", "600")
-    try:
-        log(f"starting a bare {node}")
-        _create_container(node, "gpu", gpus)
-    finally:
-        docker("rm", "--force", placeholder, check=False)
+    # The new machine starts while the old one still holds its address, so it gets another.
+    incoming = container_name(f"{node}-incoming")
+    docker("rm", "--force", incoming, check=False)
+    log(f"starting a bare {node} beside the old one ({old})")
+    _create_container(node, "gpu", gpus, name=incoming)
+    log(f"destroying the old {node}")
+    docker("rm", "--force", container_name(node))
+    docker("rename", incoming, container_name(node))
     _wait_for_boot(node)
     _create_gpu_devices(node, gpus)
     addresses = {s.name: s.address for s in lab_status() if s.role != "repo" and s.address}
