@@ -30,10 +30,11 @@ def _describe(holder: dict) -> str:
 
 
 @contextmanager
-def inventory_lock(inventory_dir: Path, command: str) -> Iterator[Path]:
+def inventory_lock(inventory_dir: Path, command: str, covers_nested: bool = False) -> Iterator[Path]:
     """Hold the inventory's lock for the duration of the block; raise LockHeldError if taken.
 
-    Re-entrant within one process: an outer command's hold covers the runs it makes."""
+    With covers_nested, a command made of several runs (replace-node) holds it once and the
+    runs it makes inside the block take it again without refusing themselves."""
     path = inventory_dir / LOCK_FILE_NAME
     key = path.resolve()
     if _HELD.get(key):
@@ -64,7 +65,8 @@ def inventory_lock(inventory_dir: Path, command: str) -> Iterator[Path]:
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
         }))
         handle.flush()
-        _HELD[key] = 1
+        if covers_nested:
+            _HELD[key] = 1
         try:
             yield path
         finally:

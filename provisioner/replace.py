@@ -202,7 +202,7 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
     inventory, node = request.inventory, request.node
     check_node(inventory, node)
     address = str(inventory.hostvars[node].get("ansible_host", node))
-    with inventory_lock(inventory.directory, "replace-node"):
+    with inventory_lock(inventory.directory, "replace-node", covers_nested=True):
         record = new_record_dir(request.runs_dir, "replace-node-steps")
         steps: list[StepRecord] = []
         document = {"command": "replace-node", "argv": request.argv, "inventory": inventory.name, "node": node,

@@ -277,6 +277,9 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         # GPUs, so the lab allows more spread (a slowed node in the tests is several times slower).
         "certification_variance_percent": 25,
         "certification_step_time_cv_max": 0.3,
+        # replace-node's 200-step training of the tiny model takes the loss down about 46 %
+        # (1000 steps: over 70 %).
+        "certification_loss_drop_min": 0.4,
     }
     (directory / "group_vars" / "all.yml").write_text(header + yaml.safe_dump(cluster, sort_keys=False))
     gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": LAB_HCAS,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.errors import LockHeldError
 from provisioner.known_hosts import known_hosts_file
 from provisioner.ledger import node_history
 from provisioner.lock import inventory_lock
@@ -55,8 +56,11 @@ def test_the_known_hosts_file_is_the_one_ansible_checks():
     assert known_hosts_file({}) == Path("~/.ssh/known_hosts").expanduser()
 
 
-def test_the_lock_is_reentrant_in_one_process_and_refuses_another(tmp_path: Path):
-    with inventory_lock(tmp_path, "replace-node"), inventory_lock(tmp_path, "drain"):
+def test_a_command_covers_its_own_runs_and_the_lock_refuses_everyone_else(tmp_path: Path):
+    # not covered: refused even in the same process
+    with inventory_lock(tmp_path, "apply"), pytest.raises(LockHeldError), inventory_lock(tmp_path, "drain"):
+        pass
+    with inventory_lock(tmp_path, "replace-node", covers_nested=True), inventory_lock(tmp_path, "drain"):
         other = subprocess.run(
             [sys.executable, "-c", "import sys; from pathlib import Path; from provisioner.lock import "
              "inventory_lock\ntry:\n with inventory_lock(Path(sys.argv[1]), 'apply'): print('got it')\n"
