@@ -123,6 +123,16 @@ class Inventory:
     def group(self, name: str) -> list[str]:
         return list(self.groups.get(name, []))
 
+    def node_kinds(self, nodes: list[str]) -> dict[str, set]:
+        """The distinct hardware of these GPU nodes: gpu_model, gpu_count, ib_hca_count and port rate
+        (infiniband_port_rate, 400 Gb/s unless set, as the infiniband role assumes)."""
+        return {
+            "gpu_model": {self.gpu_nodes[node].gpu_model for node in nodes},
+            "gpu_count": {self.gpu_nodes[node].gpu_count for node in nodes},
+            "ib_hca_count": {self.gpu_nodes[node].ib_hca_count for node in nodes},
+            "port_rate": {int(self.hostvars[node].get("infiniband_port_rate", 400)) for node in nodes},
+        }
+
 
 def resolve_inventory_dir(name_or_path: str) -> Path:
     """`prod` means `inventory/prod/` of the project; an existing path is taken as it is."""

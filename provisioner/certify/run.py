@@ -52,9 +52,8 @@ def selected_nodes(inventory: Inventory, asked: list[str] | None) -> list[str]:
 def fleet_thresholds(inventory: Inventory, nodes: list[str]) -> Thresholds:
     """The hardware profile's thresholds for these nodes (one GPU model), inventory overrides applied."""
     cluster = inventory.cluster
-    models = {inventory.gpu_nodes[node].gpu_model for node in nodes}
-    hcas = {inventory.gpu_nodes[node].ib_hca_count for node in nodes}
-    rates = {int(inventory.hostvars[node].get("infiniband_port_rate", 400)) for node in nodes}
+    kinds = inventory.node_kinds(nodes)
+    models, hcas, rates = kinds["gpu_model"], kinds["ib_hca_count"], kinds["port_rate"]
     if len(models) > 1 or len(hcas) > 1 or len(rates) > 1:
         raise _problem(inventory, "gpu_model", f"certification compares like with like: the nodes have GPU models "
                                                f"{sorted(models)}, HCA counts {sorted(hcas)}, port rates "

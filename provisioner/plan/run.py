@@ -197,13 +197,6 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
                                      "layers"))
     if problems:
         raise InputError(problems)
-    if not sizing.candidate_layouts(job, cluster, global_batch, request.tensor_parallel,
-                                    request.pipeline_parallel, request.data_parallel):
-        raise InputError([InputProblem(ARGS, "--global-batch", f"no layout of {cluster.gpus} GPUs (tensor "
-                                       f"{request.tensor_parallel or 'any'}, pipeline "
-                                       f"{request.pipeline_parallel or 'any'}, data {request.data_parallel or 'any'})"
-                                       f" divides a global batch of {global_batch} sequences into micro-batches of "
-                                       f"{request.micro_batch}")])
     return job, cluster, global_batch
 
 
@@ -212,6 +205,12 @@ def plan(request: PlanRequest) -> dict:
     job, cluster, global_batch = build(request)
     layouts = sizing.candidate_layouts(job, cluster, global_batch, request.tensor_parallel,
                                        request.pipeline_parallel, request.data_parallel)
+    if not layouts:
+        raise InputError([InputProblem(ARGS, "--global-batch", f"no layout of {cluster.gpus} GPUs (tensor "
+                                       f"{request.tensor_parallel or 'any'}, pipeline "
+                                       f"{request.pipeline_parallel or 'any'}, data {request.data_parallel or 'any'})"
+                                       f" divides a global batch of {global_batch} sequences into micro-batches of "
+                                       f"{request.micro_batch}")])
     evaluations = [sizing.evaluate(job, cluster, layout) for layout in layouts]
     chosen = sizing.recommend(evaluations)
     shape = job.shape

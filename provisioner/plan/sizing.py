@@ -82,6 +82,7 @@ class Evaluation:
     predicted_mfu: float
     tokens_per_step: int
     gradient_bytes: float
+    gradient_sync_ms: float
     gradients: Quantity
     notes: list[str] = field(default_factory=list)
 
@@ -170,7 +171,7 @@ def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
         exposed_communication_ms=exposed_sync + sum(q.value for q in tensor_traffic),
         scaling_efficiency=compute.value / step if step else 1.0,
         predicted_mfu=job.mfu * ideal / step if step else job.mfu, tokens_per_step=tokens,
-        gradient_bytes=gradient_bytes, notes=notes,
+        gradient_bytes=gradient_bytes, gradient_sync_ms=sync_time, notes=notes,
         gradients=Quantity("gradient bytes per step (per GPU, each data-parallel group)", gradient_bytes / 1e6, "MB",
                            "P/(t·p) × gradient bytes",
                            f"{job.parameters:.4g}/{model_parallel} × "
@@ -264,7 +265,7 @@ def scaling_limit(job: Job, cluster: Cluster, layout: Layout, global_batch: int)
 def heuristics(job: Job, cluster: Cluster, chosen: Evaluation) -> list[dict]:
     """Widely quoted rules of thumb, computed for this job, labelled as heuristics."""
     rules = []
-    sync = sum(q.value for q in chosen.communication if "tensor-parallel" not in q.name)
+    sync = chosen.gradient_sync_ms
     single_gpu = chosen.compute.value * cluster.gpus
     if sync > 0:
         rules.append({"name": "optimal GPU count (rule of thumb)",

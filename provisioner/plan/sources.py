@@ -24,10 +24,8 @@ class InventoryHardware:
 def from_inventory(inventory: Inventory) -> InventoryHardware:
     """The GPU nodes' model, count and fabric; a mixed fleet is refused (plan one kind at a time)."""
     nodes = inventory.gpu_nodes
-    models = {v.gpu_model for v in nodes.values()}
-    counts = {v.gpu_count for v in nodes.values()}
-    hcas = {v.ib_hca_count for v in nodes.values()}
-    rates = {int(inventory.hostvars[n].get("infiniband_port_rate", 400)) for n in nodes}
+    kinds = inventory.node_kinds(list(nodes))
+    models, counts, hcas, rates = kinds["gpu_model"], kinds["gpu_count"], kinds["ib_hca_count"], kinds["port_rate"]
     where = str(inventory.hosts_file)
     if not nodes:
         raise InputError([InputProblem(where, "gpu_nodes", "no GPU nodes to plan with")])
