@@ -41,14 +41,21 @@ def scopes(nodes: list[str], per_node: bool = True) -> list[tuple[str, list[str]
 
 def plan(nodes: list[str], repeats: int, steps: int, preset: str, inject_grad_fault: int | None = None,
          parts: tuple[str, ...] = ("communication", "training"), ranks_per_node: int = 8) -> list[Job]:
-    """Every job of a certification, in the order they run: communication first, then training."""
+    """Every job of a certification, in the order they run: communication first, then training.
+
+    Repeats run in rounds (every scope once, then every scope again): a node is compared with
+    the others by medians whose runs were spread over the same period, so a passing burst of
+    load on the machines cannot land on all of one node's runs."""
     jobs: list[Job] = []
     if "communication" in parts:
-        for scope, members in scopes(nodes, per_node=ranks_per_node > 1):
-            label = "+".join(members) if scope != "all" else "all"
+        labelled = [(scope, members, "+".join(members) if scope != "all" else "all")
+                    for scope, members in scopes(nodes, per_node=ranks_per_node > 1)]
+        for r in range(1, repeats + 1):
             jobs.extend(Job(f"nccl-tests {scope} {label} #{r}", "nccl-tests", scope, members, r)
-                        for r in range(1, repeats + 1))
-            jobs.append(Job(f"sweep {scope} {label}", "sweep", scope, members))
+                        for scope, members, label in labelled)
+            if r == 1:
+                jobs.extend(Job(f"sweep {scope} {label}", "sweep", scope, members)
+                            for scope, members, label in labelled)
     if "training" in parts:
         args = ["--preset", preset, "--steps", str(steps)]
         if inject_grad_fault is not None:

@@ -125,8 +125,14 @@ def test_a_destroyed_node_is_rebuilt_certified_and_back_in_service(runs: Path):
 
     assert slurm("gpu02").split("|")[0] == "idle"
     assert f"NodeAddr={new_address}" in node_exec("ctl01", "cat", "/etc/slurm/nodes.conf").stdout
-    landed = node_exec("ctl01", "srun", "--nodelist=gpu02", "--gres=gpu:1", "--time=1", "nvidia-smi", "-L")
-    assert landed.returncode == 0 and landed.stdout.count("GPU ") == 1, landed.stderr
+    # A GPU job lands on it, confined to its one GPU (the rebuilt node's cgroup device rules).
+    landed = node_exec("ctl01", "srun", "--nodelist=gpu02", "--gres=gpu:1", "--time=1", "sh", "-c",
+                       'echo "$(hostname) visible=$CUDA_VISIBLE_DEVICES"; '
+                       "for d in /dev/nvidia0 /dev/nvidia1; do cat $d 2>&1 >/dev/null; done; true")
+    lines = landed.stdout.splitlines()
+    assert landed.returncode == 0 and lines[0] == "gpu02 visible=0", (landed.stdout, landed.stderr)
+    denied = [line for line in lines if "Operation not permitted" in line]
+    assert len(denied) == 1 and "/dev/nvidia1" in denied[0], lines
     wait_for(lambda: _targets_up(new_address), 90, "gpu02's Prometheus targets up at its new address")
     # The user's job on gpu01 was never interrupted: it wrote its last line after its whole sleep
     # (its Slurm record may be purged by now: MinJobAge).

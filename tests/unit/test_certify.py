@@ -48,6 +48,9 @@ def test_plan_measures_each_node_all_nodes_and_pairs_three_times():
     assert len(nccl) == 3 * (3 + 1 + 3)
     assert {tuple(j.nodes) for j in nccl if j.scope == "pair"} == {("a", "b"), ("a", "c"), ("b", "c")}
     assert planned[-1].instrument == "train" and planned[-1].args == ["--preset", "tiny", "--steps", "100"]
+    # In rounds: each node's runs spread over the same period as the others'.
+    assert [(j.scope, j.repeat) for j in nccl[:8]] == [("node", 1)] * 3 + [("all", 1)] + [("pair", 1)] * 3 + [
+        ("node", 2)]
     two = jobs.plan(["a", "b"], 3, 10, "tiny", parts=("communication",))
     assert not [j for j in two if j.scope == "pair"] and all(j.instrument != "train" for j in two)
     single_gpu = jobs.plan(["a", "b"], 3, 10, "tiny", ranks_per_node=1)
