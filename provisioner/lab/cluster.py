@@ -274,8 +274,10 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "certification_profile": "lab-cpu",
         "certification_srun_mpi": "none",
         # Two containers share this machine's few CPUs: timings wander far more than on dedicated
-        # GPUs, so the lab allows more spread (a slowed node in the tests is several times slower).
-        "certification_variance_percent": 25,
+        # GPUs, so the lab allows more spread. A node container built minutes before measured up to
+        # 32 % below its partner (and level with it a few minutes later); the slowed node of the
+        # tests is more than 50 % below.
+        "certification_variance_percent": 40,
         "certification_step_time_cv_max": 0.3,
         # replace-node's 200-step training of the tiny model takes the loss down about 46 %
         # (1000 steps: over 70 %).
