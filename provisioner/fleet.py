@@ -27,6 +27,18 @@ def _component_values(facts: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _device_counts(facts: dict[str, Any], component: str, value: Any) -> Counter[str]:
+    """How many devices of one host run each version of a component: the GPUs per VBIOS and
+    the HCAs per firmware where the facts count them, else one per version the host reports
+    (a host that lacks the component counts once as "none")."""
+    counted = (facts.get("device_counts") or {}).get(component)
+    if isinstance(counted, dict) and counted:
+        return Counter({str(version): int(number) for version, number in counted.items()})
+    if isinstance(value, list) and value:
+        return Counter({str(version): 1 for version in value})
+    return Counter({_as_text(value): 1})
+
+
 def _label(component: str) -> str:
     if component.startswith("hca_firmware:"):
         return f"HCA firmware ({component.split(':', 1)[1]})"
@@ -52,8 +64,10 @@ def differences(facts_by_host: dict[str, dict[str, Any]], pins: dict[str, Any]) 
 
     A pinned component must equal its pin on every host (a host whose GPUs report several
     VBIOS versions, or whose HCAs of one PSID carry several firmware versions, differs too).
-    An unpinned one must be the same on every host: hosts off the most common value differ;
-    with no single most common value, every host differs.
+    An unpinned one is compared with the version most devices run, fleet-wide (GPUs for the
+    VBIOS, HCAs for their firmware, hosts for the rest): only hosts that hold another version
+    differ. When two versions are run by equally many devices there is no reference: every
+    host differs, and the expected column says it is a tie.
     """
     per_host = {host: _component_values(facts) for host, facts in facts_by_host.items()}
     components = sorted({component for values in per_host.values() for component in values})
@@ -64,12 +78,19 @@ def differences(facts_by_host: dict[str, dict[str, Any]], pins: dict[str, Any]) 
         if pin not in (None, ""):
             expected_by_host = dict.fromkeys(found, str(pin))
         else:
-            counts = Counter(found.values()).most_common()
+            devices: Counter[str] = Counter()
+            for host, values in per_host.items():
+                devices.update(_device_counts(facts_by_host[host], component, values.get(component)))
+            counts = devices.most_common()
             if len(counts) <= 1:
                 continue
-            tie = len(counts) > 1 and counts[0][1] == counts[1][1]
-            expected = "one version fleet-wide" if tie else counts[0][0]
-            expected_by_host = dict.fromkeys(found, expected)
+            if len(counts) > 1 and counts[0][1] == counts[1][1]:
+                tied = [version for version, number in counts if number == counts[0][1]]
+                expected = f"one version fleet-wide (a tie: {' and '.join(sorted(tied))}, {counts[0][1]} each)"
+                rows.extend({"host": host, "component": _label(component), "expected": expected,
+                             "found": found[host]} for host in sorted(found))
+                continue
+            expected_by_host = dict.fromkeys(found, counts[0][0])
         for host in sorted(found):
             if found[host] != expected_by_host[host]:
                 rows.append({"host": host, "component": _label(component), "expected": expected_by_host[host],
@@ -91,30 +112,32 @@ def node_versions(nvidia_smi_q: str, mlxfwmanager_query: str, packages: dict[str
     """One node's versions from its tools' output ('' where a tool is absent or failed)."""
     from provisioner.parsers import ParseError, parse_mlxfwmanager, parse_nvidia_smi_q
 
-    driver, vbios = None, []
+    driver, vbios = None, Counter()
     if nvidia_smi_q.strip():
         try:
             smi = parse_nvidia_smi_q(nvidia_smi_q)
             driver = smi["driver_version"]
-            vbios = sorted({gpu["vbios_version"] for gpu in smi["gpus"] if gpu["vbios_version"]})
+            vbios = Counter(gpu["vbios_version"] for gpu in smi["gpus"] if gpu["vbios_version"])
         except ParseError:
             pass
-    hca: dict[str, list[str]] = {}
+    hca: dict[str, Counter[str]] = {}
     if mlxfwmanager_query.strip():
         try:
             for device in parse_mlxfwmanager(mlxfwmanager_query)["devices"]:
                 if device["psid"] and device["firmware_current"]:
-                    hca.setdefault(device["psid"], [])
-                    if device["firmware_current"] not in hca[device["psid"]]:
-                        hca[device["psid"]].append(device["firmware_current"])
+                    hca.setdefault(device["psid"], Counter())[device["firmware_current"]] += 1
         except ParseError:
             pass
+    device_counts = {"gpu_vbios": dict(sorted(vbios.items()))} if vbios else {}
+    device_counts.update({f"hca_firmware:{psid}": dict(sorted(versions.items()))
+                          for psid, versions in sorted(hca.items())})
     installed = {name: entries[0]["version"] for name, entries in (packages or {}).items()
                  if name in NVIDIA_PACKAGES and entries}
     return {
         "driver": driver,
-        "gpu_vbios": vbios,
+        "gpu_vbios": sorted(vbios),
         "hca_firmware": {psid: sorted(versions) for psid, versions in sorted(hca.items())},
+        "device_counts": device_counts,
         "rdma_core": installed.get("rdma-core"),
         "ofed": ofed_info.strip() or None,
         "packages": dict(sorted(installed.items())),

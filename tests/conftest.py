@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SHARED_FIXTURES = PROJECT_ROOT.parent / "shared" / "fixtures"
+# Real outputs of the vendor tools, from real clusters (their sources: tests/fixtures/README.md).
+REAL_OUTPUTS = PROJECT_ROOT / "tests" / "fixtures"
 
 
 @pytest.fixture
@@ -21,10 +22,9 @@ def example_inventory(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def shared_fixtures() -> Path:
-    if not SHARED_FIXTURES.is_dir():
-        pytest.skip(f"real tool outputs not available: {SHARED_FIXTURES} is absent (see ../shared/fixtures)")
-    return SHARED_FIXTURES
+def real_outputs() -> Path:
+    """The folder of real tool outputs shipped with the tests."""
+    return REAL_OUTPUTS
 
 
 @pytest.fixture(autouse=True)

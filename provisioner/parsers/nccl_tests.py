@@ -1,7 +1,8 @@
 """nccl-tests output (all_reduce_perf, all_gather_perf, ...): the table of sizes and bandwidths.
 
-Reads the formats nccl-tests has printed over the years: with or without the `root`
-column, `#wrong` counts or the legacy `error` column (`N/A` there becomes null), the
+Reads the formats nccl-tests has printed over the years: with or without the `redop` and
+`root` columns (legacy all_gather/broadcast-style tables have neither: 11 fields a row),
+`#wrong` counts or the legacy `error` column (`N/A` there becomes null), the
 `Collective test starting` line of newer versions or none. Lines that are not table rows
 (NCCL INFO logs, warnings, "Reducing maxBytes ...") may appear anywhere and are skipped.
 """
@@ -17,7 +18,8 @@ _COLLECTIVE = re.compile(r"^#\s*Collective test starting:\s*(\w+?)(_perf)?\s*$")
 _RANK = re.compile(r"^#\s+Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\b")
 _AVERAGE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
-_HEADER = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(root\s+)?time\s+algbw\s+busbw\s+(#wrong|error)\s+time")
+_HEADER = re.compile(
+    r"^#\s+size\s+count\s+type\s+(?P<redop>redop\s+)?(?P<root>root\s+)?time\s+algbw\s+busbw\s+(#wrong|error)\s+time")
 # Bytes per element of nccl-tests' type names.
 _TYPE_SIZES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2, "float": 4,
                "double": 8, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -39,17 +41,18 @@ def _result(fields: list[str]) -> dict[str, Any]:
             "wrong": _wrong(wrong)}
 
 
-def _row(tokens: list[str], has_root: bool) -> dict[str, Any] | None:
-    """A table row, or None for any other line."""
-    width = 13 if has_root else 12
-    if len(tokens) != width or not tokens[0].isdigit() or not tokens[1].isdigit():
+def _row(tokens: list[str], columns: tuple[bool, bool]) -> dict[str, Any] | None:
+    """A table row of a table with (redop, root) columns or not, or None for any other line."""
+    has_redop, has_root = columns
+    offset = 3 + has_redop + has_root
+    if len(tokens) != offset + 8 or not tokens[0].isdigit() or not tokens[1].isdigit():
         return None
     try:
-        offset = 5 if has_root else 4
-        row = {"size_bytes": int(tokens[0]), "count": int(tokens[1]), "dtype": tokens[2], "redop": tokens[3],
+        row = {"size_bytes": int(tokens[0]), "count": int(tokens[1]), "dtype": tokens[2],
+               "redop": tokens[3] if has_redop else "none",
                "out_of_place": _result(tokens[offset:offset + 4]), "in_place": _result(tokens[offset + 4:offset + 8])}
         if has_root:
-            row["root"] = int(tokens[4])
+            row["root"] = int(tokens[offset - 1])
     except ValueError:
         return None
     return row
@@ -77,7 +80,7 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
     """The documented JSON of `provision inspect nccl-tests`."""
     collective: str | None = None
     ranks: dict[int, str] = {}
-    has_root: bool | None = None
+    columns: tuple[bool, bool] | None = None  # (redop, root) once the table header is seen
     rows: list[dict[str, Any]] = []
     average: float | None = None
     out_of_bounds: int | None = None
@@ -89,18 +92,18 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
             elif match := _RANK.match(stripped):
                 ranks[int(match.group(1))] = match.group(2)
             elif match := _HEADER.match(stripped):
-                has_root = bool(match.group(1))
+                columns = (bool(match.group("redop")), bool(match.group("root")))
             elif match := _AVERAGE.match(stripped):
                 average = float(match.group(1))
             elif match := _OUT_OF_BOUNDS.match(stripped):
                 out_of_bounds = int(match.group(1))
             continue
-        if has_root is None:
+        if columns is None:
             continue
-        row = _row(stripped.split(), has_root)
+        row = _row(stripped.split(), columns)
         if row is not None:
             rows.append(row)
-    if has_root is None or not rows:
+    if columns is None or not rows:
         raise ParseError("not nccl-tests output: no size/count/type/redop/time/algbw/busbw table")
     hosts = list(dict.fromkeys(ranks[rank] for rank in sorted(ranks)))
     busbw = [result["busbw_gbps"] for row in rows for result in (row["out_of_place"], row["in_place"])

@@ -86,8 +86,8 @@ def _outline(text: str) -> set[tuple[int, str]]:
     return outline
 
 
-def test_nvidia_smi_q_follows_the_real_layout(provisioned_lab, shared_fixtures: Path):
-    real = (shared_fixtures / "nvidia-smi" / "nvidia-smi-q_h100x8_535.161.08.txt").read_text()
+def test_nvidia_smi_q_follows_the_real_layout(provisioned_lab, real_outputs: Path):
+    real = (real_outputs / "nvidia-smi" / "nvidia-smi-q_h100x8_535.161.08.txt").read_text()
     ours = node_exec("gpu01", "nvidia-smi", "-q").stdout
     missing = _outline(ours) - _outline(real)
     assert missing == set(), f"lines the real H100 report does not have: {sorted(missing)}"

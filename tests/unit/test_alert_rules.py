@@ -63,7 +63,7 @@ def test_every_alert_names_its_node_and_has_a_severity():
         assert "$labels.instance" in rule["annotations"]["summary"], rule["alert"]
 
 
-def test_the_lab_exporter_knows_every_field_the_role_exports(shared_fixtures: Path):
+def test_the_lab_exporter_knows_every_field_the_role_exports(real_outputs: Path):
     """The stand-in serves the real field names: those of a real scrape and those the role asks for."""
     loader = importlib.machinery.SourceFileLoader("lab_dcgm_exporter", str(EXPORTER_STANDIN))
     spec = importlib.util.spec_from_loader(loader.name, loader)
@@ -71,7 +71,7 @@ def test_the_lab_exporter_knows_every_field_the_role_exports(shared_fixtures: Pa
     standin = importlib.util.module_from_spec(spec)
     loader.exec_module(standin)
     assert set(dcgm_counter_fields(COUNTERS.read_text())) <= set(standin.FIELDS)
-    real = (shared_fixtures / "dcgm" / "dcgm-exporter_metrics_l4_aws_kops_driver580.105.08.txt").read_text()
+    real = (real_outputs / "dcgm" / "dcgm-exporter_metrics_l4_aws_kops_driver580.105.08.txt").read_text()
     real_names = {line.split()[2] for line in real.splitlines() if line.startswith("# TYPE")}
     standin_names = set(standin.FIELDS)
     assert real_names - {"DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_VGPU_LICENSE_STATUS", "DCGM_FI_DEV_ENC_UTIL",

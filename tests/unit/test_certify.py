@@ -111,8 +111,8 @@ def test_pairs_localise_the_slow_node():
         "d": {"certified": False, "failed_checks": ["sweep.variance.pair-node.d"]}}
 
 
-def test_real_nccl_tests_output_and_the_transport_check(shared_fixtures: Path):
-    text = (shared_fixtures / "nccl" / "all_reduce_a100_sxm4_40gb_oci_2node_16rank.txt").read_text()
+def test_real_nccl_tests_output_and_the_transport_check(real_outputs: Path):
+    text = (real_outputs / "nccl" / "all_reduce_a100_sxm4_40gb_oci_2node_16rank.txt").read_text()
     result = {"name": "n", "instrument": "nccl-tests", "scope": "all", "nodes": ["x", "y"], "rc": 0,
               "stdout": text, "stderr": ""}
     checks, medians = criteria.communication_checks([result], judge(gradient_bytes=8589934592))

@@ -52,8 +52,8 @@ def test_roce_uses_ethernet_ports_and_ignores_infiniband_ones():
     assert port_problems(ibstat, "ethernet", 8, 400) == [] and rdma_devices(ibstat, "ethernet") == []
 
 
-def test_real_ndr_node_with_down_ethernet_ports(shared_fixtures: Path):
-    text = (shared_fixtures / "ibstat" / "ibstat_h100_cx7_ndr400_ib_3ports_down.txt").read_text()
+def test_real_ndr_node_with_down_ethernet_ports(real_outputs: Path):
+    text = (real_outputs / "ibstat" / "ibstat_h100_cx7_ndr400_ib_3ports_down.txt").read_text()
     ibstat = PARSERS["ibstat"](text)
     assert port_problems(ibstat, "infiniband", 8, 400) == []
     assert len(rdma_devices(ibstat, "infiniband")) == 8

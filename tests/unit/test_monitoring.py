@@ -107,8 +107,8 @@ def test_every_dcgm_field_the_rules_and_dashboards_use_is_exported():
     assert used and used <= exported, f"not exported: {sorted(used - exported)}"
 
 
-def test_exporter_check_counts_gpus_and_fields_on_a_real_scrape(shared_fixtures: Path):
-    text = (shared_fixtures / "dcgm" / "dcgm-exporter_metrics_l4_aws_kops_driver580.105.08.txt").read_text()
+def test_exporter_check_counts_gpus_and_fields_on_a_real_scrape(real_outputs: Path):
+    text = (real_outputs / "dcgm" / "dcgm-exporter_metrics_l4_aws_kops_driver580.105.08.txt").read_text()
     assert monitoring.dcgm_exporter_problems(text, 1, ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED"]) == []
     assert monitoring.dcgm_exporter_problems(text, 8, ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]) == [
         "dcgm-exporter reports 1 GPU(s), the inventory declares 8",
@@ -128,8 +128,8 @@ def test_target_problems_name_the_job_host_and_error():
         {"job": "dcgm", "host": "gpu03", "health": "absent", "error": "not in the scrape configuration"}]
 
 
-def test_fabric_ports_include_down_ports_and_skip_other_link_layers(shared_fixtures: Path):
-    text = (shared_fixtures / "ibstat" / "ibstat_h100_cx7_ndr400_ib_3ports_down.txt").read_text()
+def test_fabric_ports_include_down_ports_and_skip_other_link_layers(real_outputs: Path):
+    text = (real_outputs / "ibstat" / "ibstat_h100_cx7_ndr400_ib_3ports_down.txt").read_text()
     ibstat = PARSERS["ibstat"](text)
     ports = fabric_ports(ibstat, "infiniband")
     infiniband = [(ca["name"], str(port["port"])) for ca in ibstat["cas"] for port in ca["ports"]

@@ -1,4 +1,4 @@
-"""`provision inspect nccl-tests`: every nccl-tests format of the real outputs in shared/fixtures."""
+"""`provision inspect nccl-tests`: every nccl-tests format of the real outputs in tests/fixtures."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def _read(fixtures: Path, name: str) -> str:
     return (fixtures / name).read_text()
 
 
-def test_current_format_h100(shared_fixtures: Path):
-    facts = parse_nccl_tests(_read(shared_fixtures, H100))
+def test_current_format_h100(real_outputs: Path):
+    facts = parse_nccl_tests(_read(real_outputs, H100))
     assert (facts["collective"], facts["ranks"], facts["hosts"], facts["dtype"]) == ("all_reduce", 8, ["cnode3-002"],
                                                                                   "double")
     assert [row["size_bytes"] for row in facts["rows"]] == [2 ** n for n in range(25, 35)]
@@ -32,8 +32,8 @@ def test_current_format_h100(shared_fixtures: Path):
     assert (facts["avg_busbw_gbps"], facts["peak_busbw_gbps"], facts["out_of_bounds"]) == (437.957, 482.27, 0)
 
 
-def test_two_nodes_sixteen_ranks_with_root_column(shared_fixtures: Path):
-    facts = parse_nccl_tests(_read(shared_fixtures, TWO_NODES))
+def test_two_nodes_sixteen_ranks_with_root_column(real_outputs: Path):
+    facts = parse_nccl_tests(_read(real_outputs, TWO_NODES))
     assert facts["ranks"] == 16
     assert facts["hosts"] == ["nccl-allreduce-job0-mpiworker-0", "nccl-allreduce-job0-mpiworker-1"]
     assert facts["collective"] == "all_reduce"  # inferred: this version does not name it
@@ -42,8 +42,8 @@ def test_two_nodes_sixteen_ranks_with_root_column(shared_fixtures: Path):
     assert all(row["out_of_place"]["wrong"] == 0 and row["in_place"]["wrong"] == 0 for row in facts["rows"])
 
 
-def test_legacy_format_with_a_log_line_inside_the_table(shared_fixtures: Path):
-    facts = parse_nccl_tests(_read(shared_fixtures, LEGACY))
+def test_legacy_format_with_a_log_line_inside_the_table(real_outputs: Path):
+    facts = parse_nccl_tests(_read(real_outputs, LEGACY))
     assert facts["ranks"] == 8 and facts["hosts"] == ["localhost"] and facts["collective"] == "all_reduce"
     assert len(facts["rows"]) == 34  # two size-0 rows, then 4 B .. 8 GiB; the NCCL INFO line skipped
     assert facts["rows"][0]["size_bytes"] == 0 and facts["rows"][0]["out_of_place"]["wrong"] is None
@@ -67,12 +67,12 @@ node-a:11:11 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE
     assert len(facts["rows"]) == 2
 
 
-def test_inspect_prints_the_json_and_refuses_other_text(shared_fixtures: Path, capsys):
-    assert main(["inspect", "nccl-tests", str(shared_fixtures / H100)]) == 0
+def test_inspect_prints_the_json_and_refuses_other_text(real_outputs: Path, capsys):
+    assert main(["inspect", "nccl-tests", str(real_outputs / H100)]) == 0
     facts = json.loads(capsys.readouterr().out)
     assert set(facts) == {"collective", "ranks", "hosts", "dtype", "rows", "avg_busbw_gbps", "peak_busbw_gbps",
                           "out_of_bounds"}
-    assert main(["inspect", "nccl-tests", str(shared_fixtures / "ibstat" /
+    assert main(["inspect", "nccl-tests", str(real_outputs / "ibstat" /
                                               "ibstat_h100_cx7_ndr400_ib_3ports_down.txt")]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
@@ -82,3 +82,50 @@ def test_inspect_prints_the_json_and_refuses_other_text(shared_fixtures: Path, c
 def test_empty_text_is_not_nccl_tests_output():
     with pytest.raises(ParseError):
         parse_nccl_tests("# nThread 1 nGpus 8\n")
+
+
+_LEGACY_RANKS = "".join(f"#   Rank  {rank} Pid  4242 on dgx-a100-03 device  {rank} [0x07] A100-SXM4-40GB\n"
+                        for rank in range(8))
+# An older nccl-tests' all_gather_perf: neither a redop nor a root column, the error column.
+LEGACY_ALL_GATHER = """# nThread 1 nGpus 8 minBytes 1048576 maxBytes 4194304 step: 2(factor) warmup iters: 5 iters: 20
+#
+# Using devices
+""" + _LEGACY_RANKS + """#
+#                                             out-of-place                       in-place
+#       size         count    type     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)             (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+     1048576         32768   float    45.20   23.20   20.30  0e+00    44.10   23.78   20.81  0e+00
+dgx-a100-03:4242:4250 [0] NCCL INFO Launch mode Parallel
+     2097152         65536   float    61.05   34.35   30.06    N/A    60.72   34.54   30.22    N/A
+     4194304        131072   float    92.31   45.44   39.76  0e+00    91.88   45.65   39.94  0e+00
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 30.1817
+#
+"""
+
+
+def test_legacy_all_gather_table_without_redop_or_root_columns():
+    facts = parse_nccl_tests(LEGACY_ALL_GATHER)
+    assert (facts["collective"], facts["ranks"], facts["hosts"]) == ("all_gather", 8, ["dgx-a100-03"])
+    assert [row["size_bytes"] for row in facts["rows"]] == [1048576, 2097152, 4194304]
+    assert facts["rows"][0] == {"size_bytes": 1048576, "count": 32768, "dtype": "float", "redop": "none",
+                                "out_of_place": {"time_us": 45.2, "algbw_gbps": 23.2, "busbw_gbps": 20.3, "wrong": 0},
+                                "in_place": {"time_us": 44.1, "algbw_gbps": 23.78, "busbw_gbps": 20.81, "wrong": 0}}
+    assert facts["rows"][1]["out_of_place"]["wrong"] is None  # the legacy N/A
+    assert (facts["avg_busbw_gbps"], facts["peak_busbw_gbps"], facts["out_of_bounds"]) == (30.1817, 39.94, 0)
+
+
+def test_legacy_broadcast_table_with_root_but_no_redop():
+    text = LEGACY_ALL_GATHER.replace("count    type     time", "count    type   root     time")
+    text = "\n".join(line.replace("   float ", "   float      0 ") if line.startswith("     ") else line
+                     for line in text.splitlines())
+    facts = parse_nccl_tests(text)
+    assert facts["collective"] == "broadcast" and len(facts["rows"]) == 3
+    assert facts["rows"][2]["in_place"]["busbw_gbps"] == 39.94
+
+
+def test_inspect_reads_a_legacy_all_gather(tmp_path: Path, capsys):
+    path = tmp_path / "all_gather.log"
+    path.write_text(LEGACY_ALL_GATHER)
+    assert main(["inspect", "nccl-tests", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["collective"] == "all_gather"

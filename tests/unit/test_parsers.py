@@ -1,4 +1,4 @@
-"""Parsers against real outputs (../shared/fixtures) and the ways formats drift."""
+"""Parsers against real outputs (tests/fixtures) and the ways formats drift."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ METRICS = "dcgm/dcgm-exporter_metrics_l4_aws_kops_driver580.105.08.txt"
 
 # nvidia-smi -q ---------------------------------------------------------------------------------
 
-def test_nvidia_smi_h100_newer_ecc_layout(shared_fixtures: Path):
-    facts = parse_nvidia_smi_q(read(shared_fixtures, H100_Q))
+def test_nvidia_smi_h100_newer_ecc_layout(real_outputs: Path):
+    facts = parse_nvidia_smi_q(read(real_outputs, H100_Q))
     assert facts["driver_version"] == "535.161.08" and facts["cuda_version"] == "12.2"
     assert len(facts["gpus"]) == 8
     assert {gpu["vbios_version"] for gpu in facts["gpus"]} == {"96.00.74.00.0D"}
@@ -49,8 +49,8 @@ def test_nvidia_smi_h100_newer_ecc_layout(shared_fixtures: Path):
     assert [gpu["index"] for gpu in facts["gpus"]] == list(range(8))
 
 
-def test_nvidia_smi_a10_older_ecc_layout_and_pending_remap(shared_fixtures: Path):
-    facts = parse_nvidia_smi_q(read(shared_fixtures, A10_Q))
+def test_nvidia_smi_a10_older_ecc_layout_and_pending_remap(real_outputs: Path):
+    facts = parse_nvidia_smi_q(read(real_outputs, A10_Q))
     assert facts["driver_version"] == "535.129.03"
     (gpu,) = facts["gpus"]
     assert gpu["vbios_version"] == "94.02.5C.00.04"
@@ -58,8 +58,8 @@ def test_nvidia_smi_a10_older_ecc_layout_and_pending_remap(shared_fixtures: Path
     assert gpu["remapped_rows"] == {"correctable": 0, "uncorrectable": 4, "pending": True, "failure": False}
 
 
-def test_nvidia_smi_sums_the_split_sram_dram_counters(shared_fixtures: Path):
-    text = read(shared_fixtures, H100_Q)
+def test_nvidia_smi_sums_the_split_sram_dram_counters(real_outputs: Path):
+    text = read(real_outputs, H100_Q)
     first_gpu_end = text.index("GPU 00000000:3B:00.0")
     head = text[:first_gpu_end]
     for label, count in (("SRAM Uncorrectable Parity", 2), ("DRAM Uncorrectable", 3), ("DRAM Correctable", 5)):
@@ -70,15 +70,15 @@ def test_nvidia_smi_sums_the_split_sram_dram_counters(shared_fixtures: Path):
     assert gpu["ecc_errors"]["aggregate"] == {"correctable": 0, "uncorrectable": 0}
 
 
-def test_nvidia_smi_tabs_trailing_spaces_and_extra_lines(shared_fixtures: Path):
-    text = read(shared_fixtures, H100_Q)
+def test_nvidia_smi_tabs_trailing_spaces_and_extra_lines(real_outputs: Path):
+    text = read(real_outputs, H100_Q)
     tabbed = "\n".join(line.replace("    ", "\t") + "   " for line in text.splitlines())
     tabbed = tabbed.replace("Attached GPUs", "Some Future Field                         : 1\nAttached GPUs")
     assert parse_nvidia_smi_q(tabbed) == parse_nvidia_smi_q(text)
 
 
-def test_nvidia_smi_excerpt_with_elided_parts(shared_fixtures: Path):
-    lines = read(shared_fixtures, A10_Q).splitlines()
+def test_nvidia_smi_excerpt_with_elided_parts(real_outputs: Path):
+    lines = read(real_outputs, A10_Q).splitlines()
     keep = [line for line in lines if "Clocks" not in line]
     excerpt = "\n".join(keep[:40] + ["    ..."] + [line for line in keep if "Remapped" in line or "Error" in line
                                                    or "Pending" in line or "Remapping Failure" in line])
@@ -123,9 +123,9 @@ def test_nvidia_smi_legacy_single_double_bit_layout():
     assert gpu["remapped_rows"] == {"correctable": None, "uncorrectable": None, "pending": None, "failure": None}
 
 
-def test_nvidia_smi_rejects_other_text(shared_fixtures: Path):
+def test_nvidia_smi_rejects_other_text(real_outputs: Path):
     with pytest.raises(ParseError, match="not nvidia-smi -q output"):
-        parse_nvidia_smi_q(read(shared_fixtures, IBSTAT_H100))
+        parse_nvidia_smi_q(read(real_outputs, IBSTAT_H100))
 
 
 def test_nvidia_smi_csv_with_header_units():
@@ -147,8 +147,8 @@ def test_nvidia_smi_csv_noheader_needs_the_fields():
 
 # ibstat / ibv_devinfo --------------------------------------------------------------------------
 
-def test_ibstat_h100_cx7(shared_fixtures: Path):
-    facts = parse_ibstat(read(shared_fixtures, IBSTAT_H100))
+def test_ibstat_h100_cx7(real_outputs: Path):
+    facts = parse_ibstat(read(real_outputs, IBSTAT_H100))
     assert len(facts["cas"]) == 12 and facts["errors"] == []
     ib = [ca for ca in facts["cas"] if ca["ca_type"] == "MT4129"]
     assert len(ib) == 8
@@ -164,8 +164,8 @@ def test_ibstat_h100_cx7(shared_fixtures: Path):
     assert all(ca["ports"][0]["link_layer"] == "Ethernet" for ca in eth)
 
 
-def test_ibstat_a100_virtual_functions(shared_fixtures: Path):
-    facts = parse_ibstat(read(shared_fixtures, IBSTAT_A100))
+def test_ibstat_a100_virtual_functions(real_outputs: Path):
+    facts = parse_ibstat(read(real_outputs, IBSTAT_A100))
     assert len(facts["cas"]) == 9
     ib = [ca for ca in facts["cas"] if ca["ports"][0]["link_layer"] == "InfiniBand"]
     assert len(ib) == 8
@@ -175,8 +175,8 @@ def test_ibstat_a100_virtual_functions(shared_fixtures: Path):
     assert all(ca["ports"][0]["state"] == "Active" for ca in facts["cas"])
 
 
-def test_ibstat_spaces_trailing_blanks_and_ibpanic(shared_fixtures: Path):
-    text = read(shared_fixtures, IBSTAT_H100)
+def test_ibstat_spaces_trailing_blanks_and_ibpanic(real_outputs: Path):
+    text = read(real_outputs, IBSTAT_H100)
     spaced = "\n".join(line.replace("\t", "    ") + "  " for line in text.splitlines())
     noisy = "ibpanic: [2034] main: stat of IB device 'mlx5_12' failed: No such file or directory\n" + spaced
     facts = parse_ibstat(noisy)
@@ -189,9 +189,9 @@ def test_ibstat_only_an_error_line_is_still_ibstat():
     assert facts["cas"] == [] and len(facts["errors"]) == 1
 
 
-def test_ibstat_rejects_other_text(shared_fixtures: Path):
+def test_ibstat_rejects_other_text(real_outputs: Path):
     with pytest.raises(ParseError):
-        parse_ibstat(read(shared_fixtures, DIAG))
+        parse_ibstat(read(real_outputs, DIAG))
 
 
 IBV_DEVINFO = """hca_id:\tmlx5_0
@@ -241,8 +241,8 @@ def test_ibv_devinfo_error_and_rejection():
 
 # mlxfwmanager / mlxup / flint ------------------------------------------------------------------
 
-def test_mlxfwmanager_inside_an_installer_log(shared_fixtures: Path):
-    (device,) = parse_mlxfwmanager(read(shared_fixtures, MLXFW))["devices"]
+def test_mlxfwmanager_inside_an_installer_log(real_outputs: Path):
+    (device,) = parse_mlxfwmanager(read(real_outputs, MLXFW))["devices"]
     assert device == {"device_type": "ConnectX6DX", "part_number": "MCX623106AN-CDA_Ax", "psid": "MT_0000000359",
                       "pci": "d2:00.0", "firmware_current": "22.31.1014", "firmware_available": "22.33.1048",
                       "status": "Update required"}
@@ -286,9 +286,9 @@ def test_mlxup_two_devices_and_missing_image():
     assert second["status"] == "Up to date" and second["firmware_available"] == "28.39.1002"
 
 
-def test_mlxfwmanager_rejects_other_text(shared_fixtures: Path):
+def test_mlxfwmanager_rejects_other_text(real_outputs: Path):
     with pytest.raises(ParseError):
-        parse_mlxfwmanager(read(shared_fixtures, IBSTAT_A100))
+        parse_mlxfwmanager(read(real_outputs, IBSTAT_A100))
 
 
 FLINT_QUERY = """Image type:            FS4
@@ -317,8 +317,8 @@ def test_flint_query():
 
 # DCGM --------------------------------------------------------------------------------------------
 
-def test_dcgmi_diag_all_pass(shared_fixtures: Path):
-    facts = parse_dcgmi_diag(read(shared_fixtures, DIAG))
+def test_dcgmi_diag_all_pass(real_outputs: Path):
+    facts = parse_dcgmi_diag(read(real_outputs, DIAG))
     assert facts["dcgm_version"] == "3.3.9" and facts["passed"] is True
     results = {test["name"]: test["result"] for test in facts["tests"]}
     assert results["EUD Test"] == "Skip"
@@ -327,16 +327,16 @@ def test_dcgmi_diag_all_pass(shared_fixtures: Path):
     assert "Info" not in results and "DCGM Version" not in results
 
 
-def test_dcgmi_diag_a_failure_fails_the_run(shared_fixtures: Path):
-    text = read(shared_fixtures, DIAG).replace("| GPU Memory                | Pass - All",
+def test_dcgmi_diag_a_failure_fails_the_run(real_outputs: Path):
+    text = read(real_outputs, DIAG).replace("| GPU Memory                | Pass - All",
                                                "| GPU Memory                | Fail - GPU: 0")
     facts = parse_dcgmi_diag(text)
     assert facts["passed"] is False
     assert {"name": "GPU Memory", "result": "Fail"} in facts["tests"]
 
 
-def test_dcgm_exporter_metrics(shared_fixtures: Path):
-    samples = parse_dcgm_metrics(read(shared_fixtures, METRICS))["samples"]
+def test_dcgm_exporter_metrics(real_outputs: Path):
+    samples = parse_dcgm_metrics(read(real_outputs, METRICS))["samples"]
     names = {sample["name"] for sample in samples}
     assert len(names) == 23
     temperature = next(s for s in samples if s["name"] == "DCGM_FI_DEV_GPU_TEMP")
@@ -346,20 +346,20 @@ def test_dcgm_exporter_metrics(shared_fixtures: Path):
     remapped = [s for s in samples if "ROW_REMAP" in s["name"] or "REMAPPED" in s["name"]]
     assert remapped and all(s["value"] == 0 for s in remapped)
     # Counters keep the names the exporter writes (and Prometheus stores): no `_total` added.
-    written = {line.split("{")[0] for line in read(shared_fixtures, METRICS).splitlines() if not line.startswith("#")}
+    written = {line.split("{")[0] for line in read(real_outputs, METRICS).splitlines() if not line.startswith("#")}
     assert names == written - {""}
     assert {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"} <= names
 
 
-def test_dcgm_metrics_rejects_other_text(shared_fixtures: Path):
+def test_dcgm_metrics_rejects_other_text(real_outputs: Path):
     with pytest.raises(ParseError):
-        parse_dcgm_metrics(read(shared_fixtures, MLXFW))
+        parse_dcgm_metrics(read(real_outputs, MLXFW))
 
 
 # provision inspect --------------------------------------------------------------------------------
 
-def test_inspect_prints_the_documented_json(shared_fixtures: Path, capsys):
-    assert main(["inspect", "nvidia-smi", str(shared_fixtures / H100_Q)]) == 0
+def test_inspect_prints_the_documented_json(real_outputs: Path, capsys):
+    assert main(["inspect", "nvidia-smi", str(real_outputs / H100_Q)]) == 0
     facts = json.loads(capsys.readouterr().out)
     assert set(facts) == {"driver_version", "cuda_version", "gpus"}
     assert {"index", "name", "bus_id", "vbios_version", "ecc_errors", "remapped_rows"} <= set(facts["gpus"][0])

@@ -75,8 +75,8 @@ def test_sinfo_node_states():
     assert states["gpu03"]["state"] == "idle*" and len(states) == 3
 
 
-def test_real_cluster_node_lines_have_the_fields_we_render(shared_fixtures: Path):
-    text = (shared_fixtures / "slurm" / "nodes_partitions.conf_xjhpc_h100x8_excerpt.conf").read_text()
+def test_real_cluster_node_lines_have_the_fields_we_render(real_outputs: Path):
+    text = (real_outputs / "slurm" / "nodes_partitions.conf_xjhpc_h100x8_excerpt.conf").read_text()
     real = next(line for line in text.splitlines() if line.startswith("NodeName=") and "Gres=gpu:" in line)
     ours = node_line("gpu01", "10.10.1.11", FACTS, 5, "h100", 8)
     keys = {field.split("=")[0] for field in ours.split()}
