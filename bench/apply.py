@@ -3,9 +3,14 @@
 1. fresh lab nodes, then the full first apply;
 2. a no-op re-apply (must report changed=0);
 3. the wrapper's overhead: `provision apply` against bare `ansible-playbook` on the same
-   playbook and inventory, alternated REPEATS times; the ratio of the medians is the figure.
+   playbook and inventory, alternated REPEATS times; the ratio of the medians is the figure;
+4. with --baseline REV: the no-op `provision apply` of that revision (a git worktree, its own
+   playbooks, roles, filters and package) against this tree's, alternated REPEATS times on
+   the same lab; the ratio of the medians is the speed-up figure. The two trees rewrite the
+   files whose wording differs between them, so each of these re-applies may change a few
+   files; their changed counts are printed.
 
-Usage: .venv/bin/python bench/apply.py [--nodes 2] [--gpus 8] [--repeats 3] [--keep-lab]
+Usage: .venv/bin/python bench/apply.py [--nodes 2] [--gpus 8] [--repeats 3] [--keep-lab] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -41,12 +46,59 @@ def latest_summary(runs: Path) -> dict:
     return read_summary(sorted(runs.iterdir())[-1])
 
 
+def host_task_count(summary: dict) -> int:
+    return sum(h["ok"] + h["skipped"] + h["failed"] for h in summary["hosts"].values())
+
+
+def baseline_tree(revision: str) -> Path:
+    """A worktree of `revision` beside this one (removed at exit by the caller)."""
+    target = Path(tempfile.mkdtemp(prefix="bench-baseline-")) / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", str(target), revision], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return target
+
+
+def compare_with_baseline(revision: str, repeats: int, inventory: Path, runs: Path,
+                          environment: dict[str, str]) -> dict:
+    """Median no-op `provision apply` of `revision` and of this tree, alternated on one lab."""
+    tree = baseline_tree(revision)
+    try:
+        baseline_environment = {**environment, "PYTHONPATH": str(tree),
+                                "ANSIBLE_CONFIG": str(tree / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(tree / "roles")}
+        baseline = [sys.executable, "-m", "provisioner.cli", "apply", "--inventory", str(inventory)]
+        current = [str(BIN / "provision"), "apply", "--inventory", str(inventory)]
+        times: dict[str, list[float]] = {"baseline": [], "current": []}
+        changed: dict[str, list[int]] = {"baseline": [], "current": []}
+        tasks: dict[str, int] = {}
+        for _ in range(repeats):
+            for name, command, env, cwd in (("baseline", baseline, baseline_environment, tree),
+                                            ("current", current, environment, ROOT)):
+                started = time.perf_counter()
+                code = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, check=False).returncode
+                times[name].append(time.perf_counter() - started)
+                summary = latest_summary(runs)
+                if code != 0:
+                    raise RuntimeError(f"{name} apply failed (exit {code}); see {runs}")
+                changed[name].append(summary["totals"]["changed"])
+                tasks[name] = host_task_count(summary)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    old, new = statistics.median(times["baseline"]), statistics.median(times["current"])
+    return {"baseline_revision": revision, "baseline_noop_median_s": round(old, 2),
+            "current_noop_median_s": round(new, 2), "noop_ratio_current_to_baseline": round(new / old, 3),
+            "baseline_host_tasks": tasks["baseline"], "current_host_tasks": tasks["current"],
+            "baseline_changed": changed["baseline"], "current_changed": changed["current"]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--keep-lab", action="store_true", help="reuse the running lab (no fresh nodes)")
+    parser.add_argument("--baseline", help="a git revision whose no-op apply to compare with, side by side")
     args = parser.parse_args()
 
     runs = Path(tempfile.mkdtemp(prefix="bench-runs-"))
@@ -74,7 +126,7 @@ def main() -> int:
         plain_times.append(timed(plain, environment)[0])
         wrapper_times.append(timed(provision, environment)[0])
     wrapper, bare = statistics.median(wrapper_times), statistics.median(plain_times)
-    host_tasks = sum(h["ok"] + h["skipped"] + h["failed"] for h in noop["hosts"].values())
+    host_tasks = host_task_count(noop)
 
     figures = {
         "nodes": args.nodes + 1,
@@ -89,6 +141,8 @@ def main() -> int:
         "wrapper_overhead_ratio": round(wrapper / bare, 3),
         "repeats": args.repeats,
     }
+    if args.baseline:
+        figures.update(compare_with_baseline(args.baseline, args.repeats, inventory, runs, environment))
     width = max(len(key) for key in figures)
     for key, value in figures.items():
         print(f"{key.ljust(width)}  {value}")

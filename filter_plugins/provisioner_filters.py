@@ -137,6 +137,31 @@ def packages_to_change(wanted: dict[str, str], installed: dict[str, list[dict[st
     return packages.packages_to_change(dict(wanted), dict(installed))
 
 
+def dpkg_query_argv(names: list[str]) -> list[str]:
+    return packages.dpkg_query_argv([str(name) for name in names])
+
+
+def dpkg_state(text: str) -> dict[str, dict[str, Any]]:
+    return packages.dpkg_state(str(text))
+
+
+def installed_versions(state: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """`{{ query.stdout | dpkg_state | installed_versions }}`: the state as package_facts has it."""
+    return packages.as_package_facts(dict(state))
+
+
+def holds_to_release(wanted: dict[str, str], state: dict[str, dict[str, Any]]) -> list[str]:
+    return packages.holds_to_release(dict(wanted), dict(state))
+
+
+def holds_to_set(wanted: dict[str, str], state: dict[str, dict[str, Any]]) -> list[str]:
+    return packages.holds_to_set(dict(wanted), dict(state))
+
+
+def apt_names(wanted: dict[str, str]) -> list[str]:
+    return packages.apt_names(dict(wanted))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -144,6 +169,12 @@ class FilterModule:
             "certify_busy_nodes": certify_jobs.busy_nodes,
             "certify_results": certify_jobs.results,
             "pip_pins_to_install": packages.pip_pins_to_install,
+            "dpkg_query_argv": dpkg_query_argv,
+            "dpkg_state": dpkg_state,
+            "installed_versions": installed_versions,
+            "holds_to_release": holds_to_release,
+            "holds_to_set": holds_to_set,
+            "apt_names": apt_names,
             "parse_tool_output": parse_tool_output,
             "parse_nvidia_smi_query": parse_nvidia_smi_query,
             "fleet_differences": fleet_differences,

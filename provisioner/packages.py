@@ -18,6 +18,51 @@ def packages_to_change(wanted: dict[str, str], installed: dict[str, list[dict[st
     return changes
 
 
+# dpkg-query's own escapes: one tab-separated line per package (name, version, selection, status).
+DPKG_QUERY_FORMAT = r"${Package}\t${Version}\t${db:Status-Want}\t${db:Status-Status}\n"
+
+
+def dpkg_query_argv(names: list[str]) -> list[str]:
+    """The command that lists the versions and holds of these packages (exit 1: some are not
+    installed; the others are still listed). Run it with the command module's
+    expand_argument_vars off, so the ${...} fields reach dpkg-query."""
+    return ["dpkg-query", "--show", f"--showformat={DPKG_QUERY_FORMAT}", *names]
+
+
+def dpkg_state(text: str) -> dict[str, dict[str, Any]]:
+    """The installed packages of a `dpkg_query_argv` listing: name -> {version, held}.
+    Packages dpkg only remembers (removed, config files left) are not installed: left out."""
+    state: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if len(fields) != 4 or fields[3].strip() != "installed":
+            continue
+        name, version, want = fields[0].strip(), fields[1].strip(), fields[2].strip()
+        state[name] = {"version": version, "held": want == "hold"}
+    return state
+
+
+def as_package_facts(state: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """dpkg_state in the shape of Ansible's package_facts (name -> [{version}])."""
+    return {name: [{"name": name, "version": entry["version"], "source": "apt"}] for name, entry in state.items()}
+
+
+def holds_to_release(wanted: dict[str, str], state: dict[str, dict[str, Any]]) -> list[str]:
+    """Held packages that must move to another pinned version (apt will not move a held one)."""
+    return [name for name, version in wanted.items()
+            if version and name in state and state[name]["held"] and state[name]["version"] != version]
+
+
+def holds_to_set(wanted: dict[str, str], state: dict[str, dict[str, Any]]) -> list[str]:
+    """Pinned packages that are not held yet (installed or about to be)."""
+    return [name for name, version in wanted.items() if version and not (state.get(name) or {}).get("held")]
+
+
+def apt_names(wanted: dict[str, str]) -> list[str]:
+    """apt's `name=version` for pinned packages, the bare name for the others."""
+    return [f"{name}={version}" if version else name for name, version in wanted.items()]
+
+
 def _canonical(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
