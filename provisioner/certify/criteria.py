@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -66,14 +67,35 @@ def _wrong(facts: dict[str, Any], instrument: str) -> int:
     return sum(row["wrong"] or 0 for row in facts["rows"])
 
 
+# NCCL INFO lines: a channel's transport ("Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA")
+# and the network plugin's own word that it found no device.
+_CHANNEL_VIA = re.compile(r"\bChannel\s+\d+(?:/\d+)?\s*:.*?\bvia\s+(NET/\S+)")
+_NO_IB_DEVICE = re.compile(r"NET/IB\s*:\s*No device found", re.IGNORECASE)
+
+
 def _transport_problem(stdout: str, criteria: Criteria) -> str | None:
-    """On InfiniBand, NCCL's INFO log must show the IB transport (and GPUDirect RDMA where expected)."""
+    """On InfiniBand, every network channel in NCCL's INFO log must run over IB (with
+    GPUDirect RDMA where expected); a socket channel, or the IB plugin finding no device,
+    fails. Channels inside a node (P2P, SHM, NVLS) are not network channels."""
+    if _NO_IB_DEVICE.search(stdout):
+        return "NCCL found no InfiniBand device (NET/IB : No device found)"
+    channels = [match.group(1) for match in _CHANNEL_VIA.finditer(stdout)]
+    sockets = [via for via in channels if via.startswith("NET/Socket")]
+    if sockets:
+        return f"{len(sockets)} of {len(channels)} network channels fell back to sockets (NET/Socket), not InfiniBand"
     if "NET/Socket" in stdout and "NET/IB" not in stdout:
         return "NCCL fell back to sockets (NET/Socket), not InfiniBand"
-    if "NET/IB" not in stdout:
-        return "NCCL's log names no NET/IB transport (is NCCL_DEBUG=INFO reaching the job?)"
-    if criteria.expect_gdr and "GDRDMA" not in stdout:
-        return "InfiniBand without GPUDirect RDMA (no GDRDMA channel)"
+    if not channels:
+        if "NET/IB" not in stdout:
+            return "NCCL's log names no NET/IB transport (is NCCL_DEBUG=INFO reaching the job?)"
+        return None  # IB in use, no network channel logged (every rank on one node)
+    others = sorted({via.split("/")[1] for via in channels if not via.startswith("NET/IB")})
+    if others:
+        return f"network channels over {', '.join(others)}, not InfiniBand"
+    if criteria.expect_gdr:
+        without = [via for via in channels if "GDRDMA" not in via]
+        if without:
+            return f"{len(without)} of {len(channels)} InfiniBand channels without GPUDirect RDMA (no GDRDMA)"
     return None
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from provisioner.certify import criteria, jobs, report
 from provisioner.certify.profiles import ProfileError, thresholds
+from tests.conftest import REAL_OUTPUTS
 
 LAB = thresholds("lab-cpu", "any", 0, 400, None)
 H100 = thresholds(None, "H100-SXM5-80GB", 8, 400, None)
@@ -199,3 +200,34 @@ def test_pip_pins_to_install_reads_pip_list():
     assert pip_pins_to_install(["torch==2.13.0", "numpy==2.4.6", "py_spy==1.0"], listed) == [
         "numpy==2.4.6", "py_spy==1.0"]
     assert pip_pins_to_install(["torch==2.13.0"], "") == ["torch==2.13.0"]  # no virtual environment yet
+
+
+def _transport(stdout: str, expect_gdr: bool = True):
+    table = (REAL_OUTPUTS / "nccl" / "all_reduce_a100_sxm4_40gb_oci_2node_16rank.txt").read_text()
+    result = {"name": "n", "instrument": "nccl-tests", "scope": "all", "nodes": ["x", "y"], "rc": 0,
+              "stdout": stdout + table, "stderr": ""}
+    checks = by_id(criteria.communication_checks([result], judge(gradient_bytes=8589934592,
+                                                                  expect_gdr=expect_gdr))[0])
+    return checks["nccl-tests.all.all.transport"]
+
+
+def _channels(*vias: str) -> str:
+    return "".join(f"h:1:1 [0] NCCL INFO Channel {n:02d}/0 : 0[0] -> 8[0] [send] via {via}\n"
+                   for n, via in enumerate(vias))
+
+
+def test_transport_every_network_channel_must_be_ib_with_gdr():
+    intra = "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read\n"
+    assert _transport(intra + _channels("NET/IB/0/GDRDMA", "NET/IB/1/GDRDMA")).passed
+    one_socket = _transport(_channels("NET/IB/0/GDRDMA", "NET/Socket/1"))
+    assert not one_socket.passed and "1 of 2 network channels fell back to sockets" in one_socket.detail
+    no_gdr = _transport(_channels("NET/IB/0/GDRDMA", "NET/IB/1"))
+    assert not no_gdr.passed and "1 of 2 InfiniBand channels without GPUDirect RDMA" in no_gdr.detail
+    assert _transport(_channels("NET/IB/0", "NET/IB/1"), expect_gdr=False).passed
+
+
+def test_transport_ib_plugin_without_a_device_fails_even_with_ib_lines():
+    log = ("h:1:1 [0] NCCL INFO NET/IB : No device found.\n"
+           "h:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n" + _channels("NET/Socket/0"))
+    check = _transport(log)
+    assert not check.passed and "No device found" in check.detail
