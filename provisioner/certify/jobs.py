@@ -65,11 +65,17 @@ def plan(nodes: list[str], repeats: int, steps: int, preset: str, inject_grad_fa
 
 
 def srun_argv(job: dict[str, Any], settings: dict[str, Any]) -> list[str]:
-    """srun command line of one job; settings: procs_per_node, mpi, partition, reservation, time_limit."""
+    """srun command line of one job; settings: procs_per_node, gpus_per_node, mpi, partition,
+    reservation, time_limit.
+
+    Each job takes its nodes whole: every GPU (with ConstrainDevices=yes a step sees only the
+    GPUs it asked for, and none without --gpus-per-node) and all their memory."""
     per_node = int(settings["procs_per_node"]) if job["instrument"] == "nccl-tests" else 1
     argv = ["srun", f"--job-name=certify-{job['instrument']}", f"--nodes={len(job['nodes'])}",
-            f"--nodelist={','.join(job['nodes'])}", f"--ntasks-per-node={per_node}", "--exclusive",
+            f"--nodelist={','.join(job['nodes'])}", f"--ntasks-per-node={per_node}", "--exclusive", "--mem=0",
             "--kill-on-bad-exit=1", f"--time={settings['time_limit']}"]
+    if int(settings.get("gpus_per_node") or 0) > 0:
+        argv.append(f"--gpus-per-node={int(settings['gpus_per_node'])}")
     if job["instrument"] == "nccl-tests" and settings.get("mpi"):
         argv.append(f"--mpi={settings['mpi']}")
     if settings.get("partition"):

@@ -59,13 +59,19 @@ def test_plan_measures_each_node_all_nodes_and_pairs_three_times():
 
 
 def test_srun_command_lines():
-    settings = {"procs_per_node": 8, "mpi": "pmix", "partition": "gpu", "reservation": "cert", "time_limit": "0:30:00"}
+    settings = {"procs_per_node": 8, "gpus_per_node": 8, "mpi": "pmix", "partition": "gpu", "reservation": "cert",
+                "time_limit": "0:30:00"}
     nccl = jobs.srun_argv({"instrument": "nccl-tests", "nodes": ["a", "b"], "args": []}, settings)
     assert "--ntasks-per-node=8" in nccl and "--mpi=pmix" in nccl and "--nodelist=a,b" in nccl
+    # every GPU and all the memory of each node: with ConstrainDevices=yes a step without
+    # --gpus-per-node sees no GPU at all
+    assert "--gpus-per-node=8" in nccl and "--mem=0" in nccl and "--exclusive" in nccl
     assert "--reservation=cert" in nccl and nccl[-2:] == [jobs.LAUNCHER, "nccl-tests"]
     train = jobs.srun_argv({"instrument": "train", "nodes": ["a"], "args": ["--steps", "5"]}, settings)
     assert "--ntasks-per-node=1" in train and not any(a.startswith("--mpi") for a in train)
-    assert train[-3:] == ["train", "--steps", "5"]
+    assert train[-3:] == ["train", "--steps", "5"] and "--gpus-per-node=8" in train
+    cpu_only = jobs.srun_argv({"instrument": "sweep", "nodes": ["a"], "args": []}, {**settings, "gpus_per_node": 0})
+    assert not any(a.startswith("--gpus") for a in cpu_only)
 
 
 def test_busy_nodes_need_idle_or_their_reservation():
