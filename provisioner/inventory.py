@@ -92,7 +92,12 @@ class ClusterVars(BaseModel):
     certification_busbw_thresholds_gbps: BusbwThresholds | None = None
     certification_variance_percent: float = Field(default=5.0, gt=0, lt=100)
     certification_step_time_cv_max: float = Field(default=0.05, gt=0)
-    certification_loss_drop_min: float = Field(default=0.5, gt=0, lt=1)
+    # None: the smoke-training preset's own figure for the run's steps.
+    certification_loss_drop_min: float | None = Field(default=None, gt=0, lt=1)
+    # DistributedDataParallel's bucket (MiB): the trainer's all-reduce size, and the message size
+    # whose busbw is judged beside the gradient size's, at this share of its threshold.
+    certification_ddp_bucket_mb: float = Field(default=100.0, gt=0, le=4096)
+    certification_bucket_floor_share: float = Field(default=0.6, gt=0, le=1)
     certification_preset: Literal["tiny", "small", "1b"] = "1b"
     certification_steps: int = Field(default=1000, strict=True, ge=1)
     certification_warmup_steps: int = Field(default=50, strict=True, ge=0)

@@ -14,6 +14,24 @@ from provisioner.parsers.nccl_tests import parse_nccl_tests
 
 LAUNCHER = "/usr/local/sbin/provision-certify-launch"
 SWEEP_MARK, TRAIN_MARK = "PROVISION-SWEEP ", "PROVISION-TRAIN "
+# A rank that refuses to run (the node has GPUs, the rank has none) says so on this line.
+REFUSED_MARK = "PROVISION-REFUSED "
+
+
+class Refused(ParseError):
+    """Ranks refused to run (no GPU of their own on a GPU node); hosts names their nodes."""
+
+    def __init__(self, refusals: list[dict[str, Any]]):
+        self.hosts = sorted({r["host"] for r in refusals})
+        first = refusals[0]
+        super().__init__(f"{len(refusals)} rank(s) refused to run on the CPU, on {', '.join(self.hosts)}: "
+                         f"{first['host']} rank {first['rank']}: {first['reason']}")
+
+
+def refusals(stdout: str) -> list[dict[str, Any]]:
+    """The ranks' refusals in a job's output, in rank order."""
+    found = [json.loads(line[len(REFUSED_MARK):]) for line in stdout.splitlines() if line.startswith(REFUSED_MARK)]
+    return sorted(found, key=lambda r: r["rank"])
 
 
 @dataclass(frozen=True)
@@ -40,7 +58,8 @@ def scopes(nodes: list[str], per_node: bool = True) -> list[tuple[str, list[str]
 
 
 def plan(nodes: list[str], repeats: int, steps: int, preset: str, inject_grad_fault: int | None = None,
-         parts: tuple[str, ...] = ("communication", "training"), ranks_per_node: int = 8) -> list[Job]:
+         parts: tuple[str, ...] = ("communication", "training"), ranks_per_node: int = 8,
+         bucket_mb: float = 100.0) -> list[Job]:
     """Every job of a certification, in the order they run: communication first, then training.
 
     Repeats run in rounds (every scope once, then every scope again): a node is compared with
@@ -57,7 +76,7 @@ def plan(nodes: list[str], repeats: int, steps: int, preset: str, inject_grad_fa
                 jobs.extend(Job(f"sweep {scope} {label}", "sweep", scope, members)
                             for scope, members, label in labelled)
     if "training" in parts:
-        args = ["--preset", preset, "--steps", str(steps)]
+        args = ["--preset", preset, "--steps", str(steps), "--bucket-mb", f"{bucket_mb:g}"]
         if inject_grad_fault is not None:
             args += ["--inject-grad-fault", str(inject_grad_fault)]
         jobs.append(Job("smoke training", "train", "training", list(nodes), 1, args))
@@ -93,7 +112,10 @@ def _marked(stdout: str, mark: str) -> dict[str, Any]:
 
 
 def read_output(instrument: str, stdout: str) -> dict[str, Any]:
-    """The instrument's facts from its job's output; ParseError if it printed none."""
+    """The instrument's facts from its job's output; ParseError if it printed none, Refused
+    where ranks refused to run without a GPU."""
+    if found := refusals(stdout):
+        raise Refused(found)
     if instrument == "nccl-tests":
         return parse_nccl_tests(stdout)
     return _marked(stdout, SWEEP_MARK if instrument == "sweep" else TRAIN_MARK)

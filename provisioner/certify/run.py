@@ -79,6 +79,8 @@ def build_criteria(inventory: Inventory, nodes: list[str]) -> criteria.Criteria:
         variance_percent=cluster.certification_variance_percent,
         step_time_cv_max=cluster.certification_step_time_cv_max, loss_drop_min=cluster.certification_loss_drop_min,
         warmup_steps=cluster.certification_warmup_steps, fabric=cluster.fabric,
+        bucket_bytes=int(cluster.certification_ddp_bucket_mb * (1 << 20)),
+        bucket_floor_share=cluster.certification_bucket_floor_share,
         expect_gdr=bool(inventory.hostvars[nodes[0]].get("certification_expect_gdr", True)))
 
 
@@ -124,6 +126,7 @@ def run_certification(request: CertifyRequest, console: Console) -> tuple[int, P
         raise InputError([InputProblem("command line", "--steps", "must be at least 1")])
     planned = jobs.plan(nodes, repeats=3, steps=steps, preset=inventory.cluster.certification_preset,
                         inject_grad_fault=request.inject_grad_fault, parts=request.parts,
+                        bucket_mb=inventory.cluster.certification_ddp_bucket_mb,
                         ranks_per_node=ranks_per_node(inventory, nodes[0]))
     started, clock = datetime.now(UTC), time.monotonic()
     with tempfile.TemporaryDirectory(prefix="provision-certify-") as scratch:

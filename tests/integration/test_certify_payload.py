@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 from provisioner.certify import criteria
-from provisioner.certify.jobs import read_output
+from provisioner.certify.jobs import Refused, read_output
 from provisioner.certify.profiles import thresholds
 
 PAYLOAD = Path(__file__).resolve().parents[2] / "provisioner" / "certify" / "payload"
+sys.path.insert(0, str(PAYLOAD))
+import sweep  # noqa: E402  (the payload's own module, as the nodes run it)
 
 
 def free_port() -> int:
@@ -22,14 +29,23 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def torchrun(script: str, ranks: int, *args: str) -> str:
+def launch(script: str, ranks: int, *args: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}",
                f"--master-port={free_port()}",
                str(PAYLOAD / script), *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment, check=False)
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment, check=False)
+
+
+def torchrun(script: str, ranks: int, *args: str) -> str:
+    done = launch(script, ranks, *args)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
+
+
+def tiny_judge(**overrides) -> criteria.Criteria:
+    settings = {"step_time_cv_max": 10.0, "warmup_steps": 10, **overrides}
+    return criteria.Criteria(thresholds=thresholds("lab-cpu", "", 0, 400, None), gradient_bytes=1, **settings)
 
 
 def test_sweep_reports_nccl_tests_compatible_rows():
@@ -45,12 +61,13 @@ def test_sweep_reports_nccl_tests_compatible_rows():
 
 def test_smoke_training_learns_and_its_ranks_agree():
     output = torchrun("smoke_train.py", 2, "--preset", "tiny", "--steps", "150")
-    judge = criteria.Criteria(thresholds=thresholds("lab-cpu", "", 0, 400, None), gradient_bytes=1,
-                              step_time_cv_max=10.0, loss_drop_min=0.3, warmup_steps=10)
     result = {"name": "t", "instrument": "train", "scope": "training", "nodes": ["h"], "rc": 0, "stdout": output}
-    checks, summary = criteria.training_checks(result, ["h"], judge)
+    checks, summary = criteria.training_checks(result, ["h"], tiny_judge())
     assert all(check.passed for check in checks), [c for c in checks if not c.passed]
     assert summary["steps_done"] == 150 and summary["ranks"] == 2
+    # No inventory figure: the preset's own, scaled to the run's steps (150 of 200: 0.5 x 0.75).
+    assert summary["loss_drop_min"] == pytest.approx(0.375)
+    assert {c.id: c for c in checks}["training.loss_decrease"].name == "loss falls by at least 38%"
 
 
 def test_perturbed_gradients_stop_the_training_naming_the_rank():
@@ -60,3 +77,56 @@ def test_perturbed_gradients_stop_the_training_naming_the_rank():
     assert violation["check"] == "grad_norm_consistency" and violation["step"] == 5 and violation["ranks"] == [1]
     assert all(rank["steps_done"] == 6 for rank in ranks)
     assert ranks[0]["parameter_checksums"][1] != ranks[0]["parameter_checksums"][0]
+
+
+def test_infinite_gradient_is_its_own_failure_naming_the_rank():
+    output = torchrun("smoke_train.py", 3, "--steps", "100", "--inject-grad-fault", "2", "--inject-at-step", "7",
+                      "--inject-grad-value", "inf")
+    result = {"name": "t", "instrument": "train", "scope": "training", "nodes": ["h"], "rc": 0, "stdout": output}
+    checks = {c.id: c for c in criteria.training_checks(result, ["h"], tiny_judge())[0]}
+    finite = checks["training.grad_norm_finite"]
+    assert not finite.passed and finite.blamed == [socket.gethostname()]
+    assert "step 7: non-finite gradient norm on ranks [2]" in finite.detail
+    assert checks["training.grad_norm_consistency"].passed  # reported once, as what it is
+
+
+def test_bf16_sweep_checks_exact_sums():
+    facts = read_output("sweep", torchrun("sweep.py", 3, "--min-bytes", "64K", "--max-bytes", "128K",
+                                          "--gradient-bytes", "64K", "--iters", "2", "--repeats", "1",
+                                          "--dtype", "bfloat16"))
+    assert facts["dtype"] == "bfloat16" and all(row["wrong"] == 0 for row in facts["rows"])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("world", [2, 8, 23, 64, 512, 4096])
+def test_sweep_check_values_sum_exactly_in_any_order(dtype: torch.dtype, world: int):
+    contributions = [sweep.check_values(dtype, rank, world) for rank in range(world)]
+    expected = contributions[0][1]
+    assert sum(value != 0 for value, _ in contributions) >= 1
+    order = list(range(world))
+    for seed in range(3):  # partial sums in the type itself, in a random order each time
+        random.Random(seed).shuffle(order)
+        total = torch.zeros(1, dtype=dtype)
+        for rank in order:
+            total += torch.tensor([contributions[rank][0]], dtype=dtype)
+        assert total.item() == expected
+    if world * (world + 1) // 2 <= 256:  # small worlds: every rank's contribution differs
+        assert len({value for value, _ in contributions}) == world
+
+
+def test_a_cpu_run_on_a_gpu_node_is_refused_naming_host_and_rank():
+    done = launch("sweep.py", 2, "--min-bytes", "64K", "--max-bytes", "64K", "--gradient-bytes", "64K",
+                  "--require-cuda")
+    assert done.returncode != 0
+    # torchrun stops the other ranks once one exits: at least one says why.
+    assert done.stdout.count("PROVISION-REFUSED ") >= 1 and "PROVISION-SWEEP" not in done.stdout
+    with pytest.raises(Refused) as refused:
+        read_output("sweep", done.stdout)
+    assert refused.value.hosts == [socket.gethostname()]
+    assert re.search(f"{socket.gethostname()} rank [01]: CUDA required but torch sees no GPU", str(refused.value))
+    result = {"name": "sweep node h #1", "instrument": "sweep", "scope": "node", "nodes": ["h"],
+              "rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+    ran = criteria.communication_checks([result], tiny_judge())[0][0]
+    assert not ran.passed and ran.blamed == [socket.gethostname()] and "refused to run on the CPU" in ran.detail
+    trained = launch("smoke_train.py", 2, "--steps", "5", "--require-cuda")
+    assert trained.returncode != 0 and trained.stdout.count("PROVISION-REFUSED ") >= 1

@@ -34,7 +34,7 @@ def by_id(checks) -> dict[str, criteria.Check]:
 
 
 def test_shipped_profiles_and_overrides():
-    assert H100.intra_node_gbps == 460.0 and H100.inter_node_gbps == 8 * 46.0
+    assert H100.intra_node_gbps == 430.0 and H100.inter_node_gbps == 345.0
     overridden = thresholds(None, "H100-SXM5-80GB", 8, 400, {"inter_node": 300.0})
     assert overridden.inter_node_gbps == 300.0 and "overrides" in overridden.source
     with pytest.raises(ProfileError, match="gpu_model 'X1'"):
@@ -48,7 +48,8 @@ def test_plan_measures_each_node_all_nodes_and_pairs_three_times():
     nccl = [j for j in planned if j.instrument == "nccl-tests"]
     assert len(nccl) == 3 * (3 + 1 + 3)
     assert {tuple(j.nodes) for j in nccl if j.scope == "pair"} == {("a", "b"), ("a", "c"), ("b", "c")}
-    assert planned[-1].instrument == "train" and planned[-1].args == ["--preset", "tiny", "--steps", "100"]
+    assert planned[-1].instrument == "train"
+    assert planned[-1].args == ["--preset", "tiny", "--steps", "100", "--bucket-mb", "100"]
     # In rounds: each node's runs spread over the same period as the others'.
     assert [(j.scope, j.repeat) for j in nccl[:8]] == [("node", 1)] * 3 + [("all", 1)] + [("pair", 1)] * 3 + [
         ("node", 2)]

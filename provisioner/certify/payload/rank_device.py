@@ -1,20 +1,63 @@
 """The device of a torchrun rank, shared by the sweep and the smoke trainer (installed beside them)."""
 from __future__ import annotations
 
+import json
 import os
+import socket
 import sys
 
 import torch
 import torch.distributed as dist
 
+REFUSED_MARK = "PROVISION-REFUSED "
+# Exit status of a rank that refuses to run (no GPU for it where the node has GPUs).
+EXIT_REFUSED = 3
 
-def device_for_rank() -> torch.device:
-    """This rank's GPU (LOCAL_RANK), or the CPU when the node has none."""
-    if torch.cuda.is_available():
+
+def cuda_shortfall(visible: int, local_world: int) -> str | None:
+    """Why this rank cannot have a GPU of its own, or None when every local rank has one."""
+    if visible == 0:
+        visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+        return (f"CUDA required but torch sees no GPU (torch {torch.__version__}, built for CUDA "
+                f"{torch.version.cuda or 'none'}; CUDA_VISIBLE_DEVICES={visible_devices})")
+    if visible < local_world:
+        return f"CUDA required: torch sees {visible} GPU(s) for {local_world} ranks on this node"
+    return None
+
+
+def refuse(reason: str) -> None:
+    """Say on stdout which host and rank refuse and why (the certification reads it), then exit."""
+    print(REFUSED_MARK + json.dumps({"host": socket.gethostname(), "rank": int(os.environ.get("RANK", "0")),
+                                     "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "reason": reason}),
+          flush=True)
+    print(f"{socket.gethostname()} rank {os.environ.get('RANK', '0')}: {reason}", file=sys.stderr, flush=True)
+    os._exit(EXIT_REFUSED)
+
+
+def device_for_rank(require_cuda: bool = False) -> torch.device:
+    """This rank's GPU (LOCAL_RANK), or the CPU when the node has none.
+
+    With require_cuda (the node has GPUs) a rank without a GPU of its own refuses to run
+    rather than fall back to gloo on the CPU, whose figures would certify nothing."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if require_cuda and (reason := cuda_shortfall(visible, local_world)):
+        refuse(reason)
+    if visible:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
         return device
     return torch.device("cpu")
+
+
+def init_group(device: torch.device) -> str:
+    """Join the job's process group: NCCL bound to this rank's GPU (device_id: NCCL connects
+    eagerly, on the right GPU), gloo on the CPU. Returns the backend."""
+    if device.type == "cuda":
+        dist.init_process_group("nccl", device_id=device)
+        return "nccl"
+    dist.init_process_group("gloo")
+    return "gloo"
 
 
 def synchronize(device: torch.device) -> None:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from rank_device import device_for_rank, finish, synchronize
+from rank_device import device_for_rank, finish, init_group, synchronize
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -38,17 +38,36 @@ class Preset:
     batch: int
     learning_rate: float
     bf16: bool
+    # The tokens the synthetic data uses (the first data_vocab of the vocabulary): the model's
+    # full vocabulary sets its size and cost, a smaller alphabet lets a short run learn.
+    data_vocab: int
+    # The share by which a healthy cluster's loss falls over the run (first 10 steps against the
+    # last tenth), for runs of at least min_steps_for_drop steps; fewer steps ask proportionally less.
+    loss_drop_min: float
+    min_steps_for_drop: int
 
 
 PRESETS = {
     # CPU-sized: a lab or a login node; seconds per hundred steps on gloo.
-    "tiny": Preset(vocab=256, width=64, layers=2, heads=4, sequence=64, batch=8, learning_rate=3e-3, bf16=False),
-    "small": Preset(vocab=8192, width=768, layers=12, heads=12, sequence=1024, batch=8, learning_rate=6e-4, bf16=True),
+    "tiny": Preset(vocab=256, width=64, layers=2, heads=4, sequence=64, batch=8, learning_rate=3e-3, bf16=False,
+                   data_vocab=256, loss_drop_min=0.5, min_steps_for_drop=200),
+    "small": Preset(vocab=8192, width=768, layers=12, heads=12, sequence=1024, batch=8, learning_rate=6e-4, bf16=True,
+                    data_vocab=4096, loss_drop_min=0.3, min_steps_for_drop=200),
     # About 1.0 B parameters: one H100/H200 per rank, bf16 autocast.
-    "1b": Preset(vocab=32768, width=2048, layers=18, heads=16, sequence=2048, batch=4, learning_rate=3e-4, bf16=True),
+    "1b": Preset(vocab=32768, width=2048, layers=18, heads=16, sequence=2048, batch=4, learning_rate=3e-4, bf16=True,
+                 data_vocab=4096, loss_drop_min=0.3, min_steps_for_drop=200),
 }
-# Dense bf16 peak of one GPU (TFLOP/s, without sparsity) by the name CUDA reports, for MFU.
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "B200": 2250.0}
+# Dense bf16 peak of one GPU (TFLOP/s, without sparsity), by the exact name CUDA reports (the
+# "NVIDIA " prefix and any MIG suffix removed): the SXM, PCIe and NVL parts of one generation
+# differ by up to a third, so a name is matched whole, never by a part of it.
+PEAK_BF16_TFLOPS = {
+    "H200": 989.0, "H200 NVL": 835.0,
+    "H100 80GB HBM3": 989.0, "H100 SXM5 80GB": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0,
+    "H800": 989.0, "H800 PCIe": 756.0, "GH200 480GB": 989.0, "GH200 144G HBM3e": 989.0,
+    "A100-SXM4-80GB": 312.0, "A100-SXM4-40GB": 312.0, "A100 80GB PCIe": 312.0, "A100-PCIE-40GB": 312.0,
+    "L40S": 362.0, "L40": 181.0, "L4": 121.0,
+    "B200": 2250.0,
+}
 
 
 class Block(nn.Module):
@@ -98,14 +117,14 @@ class Decoder(nn.Module):
 
 
 def synthetic_batch(preset: Preset, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    """Sequences start + stride*t (mod vocab), 10 % of tokens replaced by noise."""
+    """Sequences start + stride*t (mod data_vocab), 10 % of tokens replaced by noise."""
     shape = (preset.batch, 1)
-    start = torch.randint(0, preset.vocab, shape, generator=generator)
+    start = torch.randint(0, preset.data_vocab, shape, generator=generator)
     stride = torch.randint(1, 17, shape, generator=generator)
     steps = torch.arange(preset.sequence + 1).unsqueeze(0)
-    tokens = (start + stride * steps) % preset.vocab
+    tokens = (start + stride * steps) % preset.data_vocab
     noise = torch.rand(tokens.shape, generator=generator) < 0.1
-    tokens = torch.where(noise, torch.randint(0, preset.vocab, tokens.shape, generator=generator), tokens)
+    tokens = torch.where(noise, torch.randint(0, preset.data_vocab, tokens.shape, generator=generator), tokens)
     return tokens.to(device)
 
 
@@ -121,14 +140,30 @@ def flops_per_token(model: nn.Module, preset: Preset) -> float:
     return 6 * parameters + 12 * preset.layers * preset.width * preset.sequence
 
 
+def gpu_model_key(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3'; a MIG instance's suffix dropped."""
+    name = name.strip()
+    name = name.removeprefix("NVIDIA ").strip()
+    return name.split(" MIG ")[0].strip()
+
+
 def peak_flops(device: torch.device) -> float | None:
+    """The GPU's dense bf16 peak in FLOP/s, None for the CPU or a GPU not in the table."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    for key, tflops in PEAK_BF16_TFLOPS.items():
-        if key in name:
-            return tflops * 1e12
-    return None
+    tflops = PEAK_BF16_TFLOPS.get(gpu_model_key(torch.cuda.get_device_name(device)))
+    return tflops * 1e12 if tflops else None
+
+
+def learning_rate(preset: Preset, step: int, steps: int) -> float:
+    """Linear warm-up over the first tenth of the run (at most 100 steps), then constant."""
+    warmup = max(1, min(100, steps // 10))
+    return preset.learning_rate * min(1.0, (step + 1) / warmup)
+
+
+def loss_drop_required(preset: Preset, steps: int) -> float:
+    """The loss drop a healthy run of this many steps reaches."""
+    return preset.loss_drop_min * min(1.0, steps / preset.min_steps_for_drop)
 
 
 def first_violation(step: int, gathered: torch.Tensor, hosts: list[str], tolerance: float) -> dict | None:
@@ -137,6 +172,12 @@ def first_violation(step: int, gathered: torch.Tensor, hosts: list[str], toleran
     bad = [rank for rank, loss in enumerate(losses) if not math.isfinite(loss)]
     if bad:
         return {"check": "loss_finite", "step": step, "ranks": bad, "hosts": [hosts[r] for r in bad]}
+    # A non-finite norm: an overflow (or a NaN) in some rank's gradients, which the all-reduce
+    # then spreads to every rank; its own failure, not a disagreement between the ranks.
+    bad = [rank for rank, norm in enumerate(norms) if not math.isfinite(norm)]
+    if bad:
+        return {"check": "grad_norm_finite", "step": step, "ranks": bad, "hosts": [hosts[r] for r in bad],
+                "norms": [norm if math.isfinite(norm) else str(norm) for norm in norms]}
     def agree(a: float, b: float) -> bool:
         return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= tolerance * max(abs(a), abs(b), 1e-30)
 
@@ -162,20 +203,29 @@ def main() -> None:
     parser.add_argument("--inject-grad-fault", type=int, default=None, metavar="RANK",
                         help="testing only: perturb this rank's gradients after the all-reduce")
     parser.add_argument("--inject-at-step", type=int, default=20)
+    parser.add_argument("--inject-grad-value", choices=["noise", "inf"], default="noise",
+                        help="testing only: the fault: noise in the gradients or an infinite gradient")
+    parser.add_argument("--bucket-mb", type=float, default=100.0,
+                        help="DistributedDataParallel's gradient bucket size (MiB): the all-reduce message size")
+    parser.add_argument("--require-cuda", action="store_true",
+                        help="the node has GPUs: refuse to run on the CPU (a rank without a GPU fails)")
     args = parser.parse_args()
     if args.steps < 1:
         parser.error("--steps must be at least 1")
     preset = PRESETS[args.preset]
-    device = device_for_rank()
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    device = device_for_rank(args.require_cuda)
+    init_group(device)
     rank, world = dist.get_rank(), dist.get_world_size()
     hosts: list[str] = [""] * world
     dist.all_gather_object(hosts, socket.gethostname())
 
     torch.manual_seed(args.seed)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
-    model = Decoder(preset).to(device)
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.AdamW(ddp.parameters(), lr=preset.learning_rate, weight_decay=0.0)
+    with device:  # built where it trains: no host copy of a billion parameters per rank
+        model = Decoder(preset)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                  gradient_as_bucket_view=True, bucket_cap_mb=args.bucket_mb)
+    optimizer = torch.optim.AdamW(ddp.parameters(), lr=learning_rate(preset, 0, args.steps), weight_decay=0.0,
+                                  fused=device.type == "cuda")
     generator = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
     use_bf16 = preset.bf16 and device.type == "cuda"
 
@@ -195,8 +245,13 @@ def main() -> None:
         loss.backward()
         if args.inject_grad_fault == rank and step >= args.inject_at_step:
             with torch.no_grad():
-                for parameter in model.parameters():
-                    parameter.grad.add_(torch.randn_like(parameter.grad) * 1e-3)
+                if args.inject_grad_value == "inf":
+                    next(model.parameters()).grad.view(-1)[0] = math.inf
+                else:
+                    for parameter in model.parameters():
+                        parameter.grad.add_(torch.randn_like(parameter.grad) * 1e-3)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(preset, step, args.steps)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
         optimizer.step()
         synchronize(device)
@@ -225,6 +280,8 @@ def main() -> None:
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "preset": args.preset, "config": asdict(preset), "steps_requested": args.steps, "steps_done": steps_done,
         "parameters": sum(p.numel() for p in model.parameters()), "bf16": use_bf16,
+        "loss_drop_min": loss_drop_required(preset, args.steps), "bucket_mb": args.bucket_mb,
+        "peak_tflops": peak / 1e12 if peak else None,
         "fault_injected": args.inject_grad_fault is not None,
         "violation": violation, "records": records, "parameter_checksum": checksum.item(),
         "parameter_checksums": [c.item() for c in checksums], "elapsed_s": elapsed,

@@ -2,7 +2,8 @@
 """All-reduce bandwidth sweep with torch.distributed, reported as nccl-tests reports it.
 
 Runs under torchrun on every rank (NCCL on GPUs, gloo on CPU). For each message size it
-checks the result (every rank adds rank+1: each element must equal n(n+1)/2), warms up,
+checks the result (every element exactly the sum of the ranks' values, chosen so that the sum
+is exact in the message's type at any rank count: see check_values), warms up,
 then times `--iters` all-reduces `--repeats` times; the median repeat is reported.
 algbw = size / time, busbw = algbw x 2(n-1)/n (nccl-tests' all_reduce correction).
 Rank 0 prints one line `PROVISION-SWEEP <json>`. Runs on the nodes: standard library and
@@ -12,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import socket
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
-from rank_device import device_for_rank, finish, synchronize
+from rank_device import device_for_rank, finish, init_group, synchronize
 
 DTYPES = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -41,11 +43,28 @@ def sizes_between(minimum: int, maximum: int, extra: list[int]) -> list[int]:
     return sorted(sizes)
 
 
+def check_values(dtype: torch.dtype, rank: int, world: int) -> tuple[float, float]:
+    """What this rank contributes and the exact sum every element must then hold.
+
+    A type holds every integer up to 2^(mantissa bits + 1): float32 2^24, float16 2048,
+    bfloat16 256. Where n(n+1)/2 fits, each rank adds rank+1 (a rank whose data went wrong
+    shifts the sum by its own amount). Otherwise each of every k-th rank adds 1 and the others
+    0, k the smallest stride that keeps the sum within the exact integers: every partial sum is
+    then an exact integer, in any reduction order, and a corrupted contribution still shows.
+    """
+    exact_up_to = 2 ** (round(-math.log2(torch.finfo(dtype).eps)) + 1)
+    if world * (world + 1) // 2 <= exact_up_to:
+        return float(rank + 1), float(world * (world + 1) // 2)
+    stride = -(-world // exact_up_to)
+    return (1.0 if rank % stride == 0 else 0.0), float(-(-world // stride))
+
+
 def wrong_elements(tensor: torch.Tensor, world: int) -> int:
-    """Fill with rank+1, all-reduce, count elements that are not n(n+1)/2."""
-    tensor.fill_(dist.get_rank() + 1)
+    """Fill with this rank's value, all-reduce, count elements that are not the exact sum."""
+    value, expected = check_values(tensor.dtype, dist.get_rank(), world)
+    tensor.fill_(value)
     dist.all_reduce(tensor)
-    return int((tensor != world * (world + 1) // 2).sum().item())
+    return int((tensor != expected).sum().item())
 
 
 def time_all_reduce(tensor: torch.Tensor, iters: int, device: torch.device) -> float:
@@ -87,12 +106,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-check", dest="check", action="store_false")
+    parser.add_argument("--require-cuda", action="store_true",
+                        help="the node has GPUs: refuse to run on the CPU (a rank without a GPU fails)")
     args = parser.parse_args()
     if args.repeats < 1 or args.iters < 1:
         parser.error("--repeats and --iters must be at least 1")
-    device = device_for_rank()
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend)
+    device = device_for_rank(args.require_cuda)
+    backend = init_group(device)
     hosts: list[str | None] = [None] * dist.get_world_size()
     dist.all_gather_object(hosts, socket.gethostname())
     sizes = sizes_between(parse_size(args.min_bytes), parse_size(args.max_bytes), [parse_size(args.gradient_bytes)])
