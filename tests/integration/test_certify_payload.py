@@ -20,7 +20,8 @@ from provisioner.certify.profiles import thresholds
 
 PAYLOAD = Path(__file__).resolve().parents[2] / "provisioner" / "certify" / "payload"
 sys.path.insert(0, str(PAYLOAD))
-import sweep  # noqa: E402  (the payload's own module, as the nodes run it)
+import smoke_train  # noqa: E402  (the payload's own modules, as the nodes run them)
+import sweep  # noqa: E402
 
 
 def free_port() -> int:
@@ -130,3 +131,12 @@ def test_a_cpu_run_on_a_gpu_node_is_refused_naming_host_and_rank():
     assert not ran.passed and ran.blamed == [socket.gethostname()] and "refused to run on the CPU" in ran.detail
     trained = launch("smoke_train.py", 2, "--steps", "5", "--require-cuda")
     assert trained.returncode != 0 and trained.stdout.count("PROVISION-REFUSED ") >= 1
+
+
+@pytest.mark.parametrize(("name", "tflops"), [
+    ("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 PCIe", 756.0), ("NVIDIA H100 NVL", 835.0),
+    ("NVIDIA H200", 989.0), ("NVIDIA H200 NVL", 835.0), ("NVIDIA L4", 121.0), ("NVIDIA L40", 181.0),
+    ("NVIDIA L40S", 362.0), ("NVIDIA A100-SXM4-80GB MIG 1g.10gb", 312.0), ("NVIDIA H20", None),
+])
+def test_peak_is_matched_by_the_whole_gpu_name(name: str, tflops: float | None):
+    assert smoke_train.PEAK_BF16_TFLOPS.get(smoke_train.gpu_model_key(name)) == tflops

@@ -104,6 +104,27 @@ def test_communication_thresholds_data_and_variance():
     assert verdicts["c"]["failed_checks"] == ["sweep.all.all.data", "sweep.variance.node.c"]
 
 
+def test_busbw_is_also_judged_at_the_ddp_bucket_size():
+    sizes = {32 << 20: 50.0, 64 << 20: 120.0, 128 << 20: 300.0, 8 << 30: 440.0}
+
+    def result(node: str, at_bucket: float) -> dict:
+        rows = [{"size_bytes": size, "count": size // 4, "time_us": 1.0, "algbw_gbps": bw, "wrong": 0,
+                 "busbw_gbps": at_bucket if size == 128 << 20 else bw} for size, bw in sizes.items()]
+        line = {"collective": "all_reduce", "ranks": 8, "hosts": [node], "rows": rows}
+        return {"name": f"sweep node {node}", "instrument": "sweep", "scope": "node", "nodes": [node], "rc": 0,
+                "stdout": "PROVISION-SWEEP " + json.dumps(line) + "\n", "stderr": ""}
+
+    checks = by_id(criteria.communication_checks([result("a", 300.0), result("b", 200.0)],
+                                                 judge(thresholds=H100, gradient_bytes=8 << 30))[0])
+    # 100 MiB bucket: judged at the smallest measured size above it (128 MiB), floor 60 % of 430.
+    bucket = checks["sweep.node.a.busbw_bucket"]
+    assert bucket.passed and bucket.measured == 300.0 and bucket.threshold == 258.0
+    assert "134217728 B messages" in bucket.detail
+    slow = checks["sweep.node.b.busbw_bucket"]
+    assert not slow.passed and slow.blamed == ["b"]
+    assert checks["sweep.node.b.busbw"].passed  # fine at 8 GiB, slow at the size training sends
+
+
 def test_pairs_localise_the_slow_node():
     nodes = ["a", "b", "c", "d"]
     results = []
@@ -181,6 +202,45 @@ def test_training_violations_are_named():
     assert found["training.parameter_checksum"].blamed == ["b"]
     cv = found["training.step_time_cv"]
     assert not cv.passed and cv.blamed == ["b"] and "slowest rank 2 on b" in cv.detail
+
+
+def test_a_non_finite_gradient_norm_is_its_own_check():
+    violation = {"check": "grad_norm_finite", "step": 12, "ranks": [1], "hosts": ["a"],
+                 "norms": [0.7, "inf", 0.7, 0.7]}
+    found = by_id(criteria.training_checks(training_result(13, violation), ["a", "b"], judge())[0])
+    finite = found["training.grad_norm_finite"]
+    assert not finite.passed and finite.blamed == ["a"] and "step 12: non-finite gradient norm on ranks [1]" in (
+        finite.detail)
+    assert found["training.grad_norm_consistency"].passed and found["training.loss_finite"].passed
+
+
+def test_loss_drop_defaults_to_the_presets_figure():
+    result = training_result()
+    ranks = json.loads(result["stdout"].split("PROVISION-TRAIN ", 1)[1])["ranks"]
+    for rank in ranks:  # the run drops from 5.5 to ~1.5: 70 %
+        rank["loss_drop_min"] = 0.75
+    strict = dict(result, stdout="PROVISION-TRAIN " + json.dumps({"ranks": ranks}) + "\n")
+    checks, summary = criteria.training_checks(strict, ["a", "b"], judge(warmup_steps=10))
+    check = by_id(checks)["training.loss_decrease"]
+    assert not check.passed and check.name == "loss falls by at least 75%" and summary["loss_drop_min"] == 0.75
+    assert "preset tiny's figure for 100 steps" in check.detail
+    inventory = by_id(criteria.training_checks(strict, ["a", "b"], judge(warmup_steps=10, loss_drop_min=0.5))[0])
+    assert inventory["training.loss_decrease"].passed and "the inventory's" in inventory[
+        "training.loss_decrease"].detail
+
+
+def test_a_refusing_rank_fails_the_run_naming_its_host():
+    refusal = {"host": "b", "rank": 9, "local_rank": 1, "reason": "CUDA required: torch sees 1 GPU(s) for 8 ranks"}
+    stdout = "PROVISION-REFUSED " + json.dumps(refusal) + "\n"
+    trained = {"name": "smoke training", "instrument": "train", "scope": "training", "nodes": ["a", "b"], "rc": 1,
+               "stdout": stdout, "stderr": "torchrun: child failed"}
+    checks = criteria.training_checks(trained, ["a", "b"], judge())[0]
+    assert [(c.id, c.passed, c.blamed) for c in checks] == [("training.ran", False, ["b"])]
+    assert "b rank 9: CUDA required: torch sees 1 GPU(s) for 8 ranks" in checks[0].detail
+    swept = {"name": "sweep all", "instrument": "sweep", "scope": "all", "nodes": ["a", "b"], "rc": 1,
+             "stdout": stdout, "stderr": ""}
+    ran = criteria.communication_checks([swept], judge())[0][0]
+    assert not ran.passed and ran.blamed == ["b"]
 
 
 def test_reports(tmp_path: Path):
