@@ -288,6 +288,7 @@ def training_checks(result: dict[str, Any] | None, nodes: list[str], criteria: C
                "parameters": ranks[0]["parameters"], "tokens_per_second": ranks[0]["tokens_per_second"],
                "mfu": ranks[0]["mfu"], "peak_tflops": ranks[0].get("peak_tflops"),
                "device_name": ranks[0].get("device_name"), "loss_drop_min": drop_min,
+               "torch_nccl_version": ranks[0].get("nccl_version"),
                "elapsed_s": ranks[0]["elapsed_s"], "violation": violation,
                "fault_injected": ranks[0]["fault_injected"], "mean_loss": mean_loss, "step_time_s": step_times,
                "hosts_by_rank": [r["host"] for r in ranks]}
@@ -296,6 +297,25 @@ def training_checks(result: dict[str, Any] | None, nodes: list[str], criteria: C
 
 def _no_train_output(result: dict[str, Any]) -> bool:
     return "PROVISION-TRAIN " not in result.get("stdout", "")
+
+
+def nccl_versions(results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """The NCCL each node ran, per node: the system library (nccl-tests) and torch's own (the trainer)."""
+    system: dict[str, str] = {}
+    torch_nccl: dict[str, str] = {}
+    for result in results:
+        if result.get("rc") != 0:
+            continue
+        try:
+            facts = read_output(result["instrument"], result["stdout"])
+        except (ParseError, ValueError, KeyError):
+            continue
+        if result["instrument"] == "nccl-tests" and facts.get("nccl_version"):
+            system.update(dict.fromkeys(result["nodes"], facts["nccl_version"]))
+        elif result["instrument"] == "train":
+            torch_nccl.update({rank["host"]: rank["nccl_version"] for rank in facts["ranks"]
+                               if rank.get("nccl_version")})
+    return {"system": dict(sorted(system.items())), "torch": dict(sorted(torch_nccl.items()))}
 
 
 def node_verdicts(checks: list[Check], nodes: list[str]) -> dict[str, dict[str, Any]]:

@@ -68,6 +68,13 @@ def _bandwidth_plot(curves: list[dict[str, Any]], instrument: str) -> str | None
     return _svg(figure)
 
 
+def _by_value(per_node: dict[str, str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for node, value in per_node.items():
+        grouped.setdefault(value, []).append(node)
+    return grouped
+
+
 def _training_plots(training: dict[str, Any]) -> list[str]:
     if not training.get("mean_loss"):
         return []
@@ -109,6 +116,12 @@ def write_html(path: Path, document: dict[str, Any]) -> Path:
         speed = (f"<p>Smoke training: {training['ranks']} ranks, preset {html.escape(training['preset'])}, "
                  f"{training['steps_done']}/{training['steps_requested']} steps, "
                  f"{training['tokens_per_second']:.0f} tokens/s{mfu}.</p>")
+    versions = document.get("nccl_versions") or {}
+    nccl = "".join(
+        f"<p>NCCL ({label}): " + html.escape(", ".join(f"{version} on {', '.join(sorted(nodes))}"
+                                                      for version, nodes in _by_value(versions[key]).items())) + "</p>"
+        for key, label in (("system", "the nodes' libnccl2, run by nccl-tests"), ("torch", "PyTorch's own"))
+        if versions.get(key))
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Certification of {html.escape(document['cluster'])}</title>
 <style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}
@@ -119,7 +132,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;font-size:90%}} .fail{{background:#
         document['thresholds']['source'])} (intra-node {document['thresholds']['intra_node_gbps']} GB/s, inter-node
  {document['thresholds']['inter_node_gbps']} GB/s).</p>
 <h2>Nodes</h2><table><tr><th>node</th><th>verdict</th><th>failed checks</th></tr>{nodes}</table>
-{speed}
+{speed}{nccl}
 <h2>Checks</h2><table><tr><th></th><th>check</th><th>blamed</th><th>measured</th><th>threshold</th><th>detail</th></tr>
 {rows}</table>
 <h2>Plots</h2>{''.join(f'<div>{p}</div>' for p in plots)}

@@ -162,6 +162,7 @@ def run_certification(request: CertifyRequest, console: Console) -> tuple[int, P
         "fault_injected": request.inject_grad_fault is not None,
         "node_verdicts": verdicts, "checks": [check.as_dict() for check in checks], "medians_gbps": medians,
         "curves": criteria.measurement_curves(results), "training": training,
+        "nccl_versions": criteria.nccl_versions(results),
         "jobs": [{k: r[k] for k in ("name", "instrument", "scope", "nodes", "rc", "start", "end")} for r in results],
         "raw_outputs": [{"name": r["name"], "stdout": r["stdout"], "stderr": r["stderr"]} for r in results],
     }

@@ -48,6 +48,9 @@ DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for un
 DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,   counter, Number of remapped rows for correctable errors
 DCGM_FI_DEV_ROW_REMAP_FAILURE,           gauge,   Whether remapping of rows has failed
 """
+# CUDA toolkit releases of the CUDA repository: the nvcc/cudart package version and the NCCL
+# built for that release (libnccl2, libnccl-dev), as NVIDIA's repository names them.
+CUDA_TOOLKITS = {"12.2": ("12.2.140-1", "2.18.5-1+cuda12.2"), "12.4": ("12.4.131-1", "2.21.5-1+cuda12.4")}
 # DOCA-OFED versions (the doca-ofed metapackage; `ofed_info -s` reports OFED-internal-<version>).
 DOCA_OFED_VERSIONS = ("24.10-1.1.4", "24.07-0.6.1")
 # What the metapackage pulls in: the RDMA user space, here Debian's (DOCA ships its own builds).
@@ -60,6 +63,29 @@ case "${1:-}" in
   -n) echo "@VERSION@" ;;
   *) printf 'OFED-internal-@VERSION@:\n\nInstalled Packages:\n-------------------\n' ;;
 esac
+"""
+
+NVCC = """#!/bin/sh
+# Lab stand-in for the CUDA compiler: answers --version as nvcc does; compiles nothing.
+if [ "${1:-}" = --version ]; then
+  printf 'nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2024 NVIDIA Corporation\n'
+  printf 'Built on Tue_Feb_27_16:19:38_PST_2024\nCuda compilation tools, release @RELEASE@, V@BUILD@\n'
+  printf 'Build cuda_@RELEASE@.r@RELEASE@/compiler.00000000_0\n'
+  exit 0
+fi
+echo "nvcc (lab stand-in): there is no GPU code to build in the lab" >&2
+exit 1
+"""
+
+NCCL_HEADER = """/* Lab stand-in for NCCL's header: the version macros only. */
+#ifndef NCCL_H_
+#define NCCL_H_
+#define NCCL_MAJOR @MAJOR@
+#define NCCL_MINOR @MINOR@
+#define NCCL_PATCH @PATCH@
+#define NCCL_SUFFIX ""
+#define NCCL_VERSION_CODE @CODE@
+#endif
 """
 
 LOAD_MODULE = """#!/bin/sh
@@ -167,11 +193,35 @@ def _packages() -> list[Deb]:
                        SERVICE.format(description="NVIDIA DCGM exporter (lab stand-in)",
                                       command="/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv"),
                        0o644)}))
+    for release, (toolkit, nccl) in CUDA_TOOLKITS.items():
+        series = release.replace(".", "-")
+        build = toolkit.split("-")[0]
+        debs.append(Deb(f"cuda-nvcc-{series}", toolkit, f"CUDA nvcc {release} (lab stand-in)", files={
+            f"/usr/local/cuda-{release}/bin/nvcc": (
+                NVCC.replace("@RELEASE@", release).replace("@BUILD@", build), 0o755)}))
+        debs.append(Deb(f"cuda-cudart-dev-{series}", toolkit, f"CUDA runtime {release} headers (lab stand-in)",
+                        files={f"/usr/local/cuda-{release}/include/cuda_runtime.h": (
+                            "/* Lab stand-in: no CUDA runtime in the lab. */\n", 0o644)}))
+        major, minor, patch = (int(part) for part in nccl.split("-")[0].split("."))
+        debs.append(Deb("libnccl2", nccl, "NVIDIA Collective Communication Library (lab stand-in)", files={
+            "/usr/share/nccl-lab/version": (f"{major}.{minor}.{patch}+cuda{release}\n", 0o644)}))
+        debs.append(Deb("libnccl-dev", nccl, "NCCL development files (lab stand-in)", depends=[f"libnccl2 (= {nccl})"],
+                        files={"/usr/include/nccl.h": (
+                            NCCL_HEADER.replace("@MAJOR@", str(major)).replace("@MINOR@", str(minor))
+                            .replace("@PATCH@", str(patch)).replace("@CODE@", str(major * 10000 + minor * 100 + patch)),
+                            0o644)}))
     for doca in DOCA_OFED_VERSIONS:
         debs.append(Deb("doca-ofed", doca, "DOCA-OFED metapackage: RDMA stack for ConnectX HCAs (lab stand-in)",
                         depends=DOCA_OFED_DEPENDS,
                         files={"/usr/bin/ofed_info": (OFED_INFO.replace("@VERSION@", doca), 0o755)}))
     return debs
+
+
+def lab_cuda_packages(release: str) -> dict[str, str]:
+    """certification_cuda_packages for one of the repository's CUDA releases."""
+    toolkit, nccl = CUDA_TOOLKITS[release]
+    series = release.replace(".", "-")
+    return {f"cuda-nvcc-{series}": toolkit, f"cuda-cudart-dev-{series}": toolkit, "libnccl2": nccl, "libnccl-dev": nccl}
 
 
 def recipe_hash() -> str:
@@ -219,8 +269,14 @@ def build_apt_repo(directory: Path) -> Path:
     stamp = directory / f".recipe-{recipe_hash()}"
     if stamp.exists():
         return directory
-    if directory.exists():
-        shutil.rmtree(directory)
+    # Empty the folder, never replace it: the repository container has it bind-mounted, and a
+    # folder made anew would leave that mount on the deleted one.
+    directory.mkdir(parents=True, exist_ok=True)
+    for child in directory.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
     pool = directory / "pool"
     pool.mkdir(parents=True)
     entries = []

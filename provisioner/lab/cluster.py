@@ -22,7 +22,7 @@ import yaml
 from provisioner.inventory import PROJECT_ROOT
 from provisioner.lab import certify_files
 from provisioner.lab import state as hw_state
-from provisioner.lab.apt_repo import build_apt_repo
+from provisioner.lab.apt_repo import build_apt_repo, lab_cuda_packages
 from provisioner.lab.engine import EngineError, docker, ensure_engine, host_lacks_sys_resource
 from provisioner.lab.images import NODE_IMAGE, build_node_image
 
@@ -264,6 +264,11 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "certification_nccl_tests_source": f"http://{REPO}:{REPO_PORT}/{certify_files.NCCL_TESTS_TARBALL}",
         "certification_nccl_tests_version": "2.17.8+lab",
         "certification_nccl_tests_make_vars": {},
+        # The CUDA compiler and NCCL from the lab repository (stand-ins at the real names and
+        # versions); OpenMPI and PMIx are Debian's own, as in production.
+        "certification_cuda_packages": lab_cuda_packages("12.2"),
+        # The lab's GPUs are device files: torch sees none, so the ranks run on gloo.
+        "certification_require_cuda": False,
         # CPU-sized certification: two ranks per node on gloo, 16 MiB gradients, the tiny model.
         "certification_procs_per_node": 2,
         "certification_min_bytes": 1048576,
@@ -272,7 +277,7 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "certification_warmup_iters": 2,
         "certification_preset": "tiny",
         "certification_profile": "lab-cpu",
-        "certification_srun_mpi": "none",
+        "certification_srun_mpi": "pmix",
         # Two containers share this machine's few CPUs: timings wander far more than on dedicated
         # GPUs, so the lab allows more spread. A node container built minutes before measured up to
         # 32 % below its partner (and level with it a few minutes later); the slowed node of the
@@ -286,7 +291,7 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
     (directory / "group_vars" / "all.yml").write_text(header + yaml.safe_dump(cluster, sort_keys=False))
     gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": LAB_HCAS,
                 # Containers share the host's kernel: RDMA modules cannot be loaded from a node.
-                "infiniband_kernel_modules_load": False}
+                "infiniband_kernel_modules_load": False, "gpu_driver_peermem_load": False}
     # The simulated HCAs' sysfs view (rendered from the node's hardware state), read by
     # node_exporter's infiniband collector as it reads /sys on a real node.
     gpu_vars["monitoring_node_exporter_sysfs"] = f"{hw_state.NODE_STATE_MOUNT}/{hw_state.SYSFS_DIR_NAME}"

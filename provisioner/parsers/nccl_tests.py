@@ -16,6 +16,8 @@ from provisioner.parsers.common import ParseError, clean_lines
 
 _COLLECTIVE = re.compile(r"^#\s*Collective test starting:\s*(\w+?)(_perf)?\s*$")
 _RANK = re.compile(r"^#\s+Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\b")
+_VERSIONS = re.compile(r"^#\s*nccl-tests version\s+(\S+)(?:.*\bnccl-library=(\d+))?")
+_NCCL_INFO_VERSION = re.compile(r"\bNCCL INFO NCCL version\s+(\S+)")
 _AVERAGE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
 _HEADER = re.compile(
@@ -76,6 +78,13 @@ def _infer_collective(rows: list[dict[str, Any]], ranks: int) -> str:
     return "unknown"
 
 
+def _version_from_code(code: int) -> str:
+    """NCCL_VERSION_CODE -> '2.18.5' (major*10000+minor*100+patch since 2.9, major*1000 before)."""
+    if code >= 20900:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+
+
 def parse_nccl_tests(text: str) -> dict[str, Any]:
     """The documented JSON of `provision inspect nccl-tests`."""
     collective: str | None = None
@@ -84,10 +93,19 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     average: float | None = None
     out_of_bounds: int | None = None
+    tests_version: str | None = None
+    logged: str | None = None  # NCCL's INFO line
+    coded: str | None = None  # nccl-tests' header
     for line in clean_lines(text):
         stripped = line.strip()
+        if logged is None and (match := _NCCL_INFO_VERSION.search(stripped)):
+            logged = match.group(1)
         if stripped.startswith("#"):
-            if match := _COLLECTIVE.match(stripped):
+            if match := _VERSIONS.match(stripped):
+                tests_version = match.group(1)
+                if match.group(2):
+                    coded = _version_from_code(int(match.group(2)))
+            elif match := _COLLECTIVE.match(stripped):
                 collective = match.group(1)
             elif match := _RANK.match(stripped):
                 ranks[int(match.group(1))] = match.group(2)
@@ -120,4 +138,8 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
         "avg_busbw_gbps": average,
         "peak_busbw_gbps": max(busbw) if busbw else None,
         "out_of_bounds": out_of_bounds,
+        "nccl_tests_version": tests_version,
+        # The NCCL library the test ran with: NCCL's own INFO line (with its CUDA build) where
+        # NCCL_DEBUG=INFO logged it, else the version code nccl-tests prints in its header.
+        "nccl_version": logged or coded,
     }

@@ -252,12 +252,27 @@ def test_reports(tmp_path: Path):
                 "thresholds": {"source": "lab", "intra_node_gbps": 0.05, "inter_node_gbps": 0.02},
                 "node_verdicts": criteria.node_verdicts(checks, ["a", "b"]),
                 "checks": [c.as_dict() for c in checks], "curves": criteria.measurement_curves(results),
-                "training": training}
+                "training": training, "nccl_versions": {"system": {"a": "2.18.5+cuda12.2", "b": "2.18.5+cuda12.2"},
+                                                         "torch": {"a": "2.21.5"}}}
     report.write_json(tmp_path / "c.json", document)
     suites = ET.parse(report.write_junit(tmp_path / "c.xml", document)).getroot()
     assert {s.get("name"): s.get("failures") for s in suites} == {"a": "0", "b": "1", "fleet": "0"}
     page = report.write_html(tmp_path / "c.html", document).read_text()
     assert "NOT CERTIFIED" in page and page.count("<svg") == 3 and "FAIL" in page
+    assert "2.18.5+cuda12.2 on a, b" in page and "PyTorch's own): 2.21.5 on a" in page
+
+
+def test_nccl_versions_per_node_from_nccl_tests_and_the_trainer(real_outputs: Path):
+    text = (real_outputs / "nccl" / "all_reduce_h100_1node_8gpu_nccltests2.17.8.txt").read_text()
+    trained = training_result()
+    ranks = json.loads(trained["stdout"].split("PROVISION-TRAIN ", 1)[1])["ranks"]
+    for rank in ranks:
+        rank["nccl_version"] = "2.21.5"
+    trained["stdout"] = "PROVISION-TRAIN " + json.dumps({"ranks": ranks}) + "\n"
+    results = [{"name": "n", "instrument": "nccl-tests", "scope": "node", "nodes": ["a"], "rc": 0, "stdout": text},
+               {"name": "m", "instrument": "nccl-tests", "scope": "node", "nodes": ["b"], "rc": 1, "stdout": ""},
+               trained]
+    assert criteria.nccl_versions(results) == {"system": {"a": "2.29.2"}, "torch": {"a": "2.21.5", "b": "2.21.5"}}
 
 
 def test_pip_pins_to_install_reads_pip_list():

@@ -30,6 +30,7 @@ def test_current_format_h100(real_outputs: Path):
                                  "in_place": {"time_us": 62359.0, "algbw_gbps": 275.5, "busbw_gbps": 482.12,
                                               "wrong": 0}}
     assert (facts["avg_busbw_gbps"], facts["peak_busbw_gbps"], facts["out_of_bounds"]) == (437.957, 482.27, 0)
+    assert (facts["nccl_tests_version"], facts["nccl_version"]) == ("2.17.8", "2.29.2")  # nccl-library=22902
 
 
 def test_two_nodes_sixteen_ranks_with_root_column(real_outputs: Path):
@@ -39,6 +40,7 @@ def test_two_nodes_sixteen_ranks_with_root_column(real_outputs: Path):
     assert facts["collective"] == "all_reduce"  # inferred: this version does not name it
     assert len(facts["rows"]) == 31 and facts["rows"][0]["size_bytes"] == 8
     assert (facts["avg_busbw_gbps"], facts["peak_busbw_gbps"], facts["out_of_bounds"]) == (66.4834, 237.94, 0)
+    assert facts["nccl_version"] is None  # neither a version header nor NCCL's INFO log
     assert all(row["out_of_place"]["wrong"] == 0 and row["in_place"]["wrong"] == 0 for row in facts["rows"])
 
 
@@ -65,13 +67,20 @@ node-a:11:11 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE
     assert facts["collective"] == "all_gather" and facts["hosts"] == ["node-a", "node-b"]
     assert facts["rows"][0]["in_place"]["wrong"] == 3 and facts["out_of_bounds"] == 3
     assert len(facts["rows"]) == 2
+    logged = parse_nccl_tests("# nccl-tests version 2.13.8 nccl-headers=21805 nccl-library=21805\n"
+                              "node-a:11:11 [0] NCCL INFO NCCL version 2.18.5+cuda12.2\n" + text)
+    assert (logged["nccl_tests_version"], logged["nccl_version"]) == ("2.13.8", "2.18.5+cuda12.2")
+    assert parse_nccl_tests("# nccl-tests version 2.13.8 nccl-headers=21805 nccl-library=21805\n" + text)[
+        "nccl_version"] == "2.18.5"
+    assert parse_nccl_tests("# nccl-tests version 2.0.0 nccl-headers=2708 nccl-library=2708\n" + text)[
+        "nccl_version"] == "2.7.8"
 
 
 def test_inspect_prints_the_json_and_refuses_other_text(real_outputs: Path, capsys):
     assert main(["inspect", "nccl-tests", str(real_outputs / H100)]) == 0
     facts = json.loads(capsys.readouterr().out)
     assert set(facts) == {"collective", "ranks", "hosts", "dtype", "rows", "avg_busbw_gbps", "peak_busbw_gbps",
-                          "out_of_bounds"}
+                          "out_of_bounds", "nccl_tests_version", "nccl_version"}
     assert main(["inspect", "nccl-tests", str(real_outputs / "ibstat" /
                                               "ibstat_h100_cx7_ndr400_ib_3ports_down.txt")]) == 2
     captured = capsys.readouterr()

@@ -44,16 +44,18 @@ def device_for_rank(require_cuda: bool = False) -> torch.device:
     if require_cuda and (reason := cuda_shortfall(visible, local_world)):
         refuse(reason)
     if visible:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        # Without require_cuda, ranks beyond the GPUs share them round-robin (tests of the
+        # checks on fewer GPUs than ranks, over gloo: NCCL refuses two ranks on one GPU).
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % visible)
         torch.cuda.set_device(device)
         return device
     return torch.device("cpu")
 
 
-def init_group(device: torch.device) -> str:
+def init_group(device: torch.device, backend: str = "auto") -> str:
     """Join the job's process group: NCCL bound to this rank's GPU (device_id: NCCL connects
-    eagerly, on the right GPU), gloo on the CPU. Returns the backend."""
-    if device.type == "cuda":
+    eagerly, on the right GPU), gloo on the CPU or when asked for. Returns the backend."""
+    if device.type == "cuda" and backend in ("auto", "nccl"):
         dist.init_process_group("nccl", device_id=device)
         return "nccl"
     dist.init_process_group("gloo")

@@ -106,13 +106,15 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-check", dest="check", action="store_false")
+    parser.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
+                        help="auto: NCCL on GPUs, gloo on the CPU; gloo on GPUs lets ranks share one (testing)")
     parser.add_argument("--require-cuda", action="store_true",
                         help="the node has GPUs: refuse to run on the CPU (a rank without a GPU fails)")
     args = parser.parse_args()
     if args.repeats < 1 or args.iters < 1:
         parser.error("--repeats and --iters must be at least 1")
     device = device_for_rank(args.require_cuda)
-    backend = init_group(device)
+    backend = init_group(device, args.backend)
     hosts: list[str | None] = [None] * dist.get_world_size()
     dist.all_gather_object(hosts, socket.gethostname())
     sizes = sizes_between(parse_size(args.min_bytes), parse_size(args.max_bytes), [parse_size(args.gradient_bytes)])

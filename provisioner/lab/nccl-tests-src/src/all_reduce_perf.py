@@ -62,6 +62,18 @@ def transport_lines(state, interface):
     return "NET/Socket/0"
 
 
+def nccl_library():
+    """The installed NCCL's version (the lab's libnccl2 stand-in): the real binary needs libnccl.so.2."""
+    try:
+        with open("/usr/share/nccl-lab/version") as handle:
+            version, cuda = handle.read().strip().split("+cuda")
+            return (*(int(part) for part in version.split(".")), cuda)
+    except OSError:
+        sys.stderr.write("all_reduce_perf: error while loading shared libraries: libnccl.so.2: "
+                         "cannot open shared object file: No such file or directory\n")
+        sys.exit(127)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-b", "--minbytes", default="32M")
@@ -74,12 +86,15 @@ def main():
     parser.add_argument("-d", "--datatype", default="float")
     parser.add_argument("-o", "--op", default="sum")
     args = parser.parse_args()
+    major, minor, patch, cuda = nccl_library()
     state = node_state()
     rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
     port = 20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000
     dist.init_process_group("gloo", init_method=f"tcp://{first_host()}:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
     interface = os.environ.get("NCCL_SOCKET_IFNAME") or os.environ.get("GLOO_SOCKET_IFNAME") or "eth0"
+    if rank == 0:
+        info(f"NCCL version {major}.{minor}.{patch}+cuda{cuda}")
     via = transport_lines(state, interface)
     peer = (rank + 1) % world
     if world > 1:
@@ -95,7 +110,8 @@ def main():
         sizes.append(current)
         current *= args.stepfactor
     out = sys.stdout if rank == 0 else io.StringIO()  # only rank 0 prints the table
-    print("# nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902", file=out)
+    code = major * 10000 + minor * 100 + patch
+    print(f"# nccl-tests version 2.17.8 nccl-headers={code} nccl-library={code}", file=out)
     print("# Collective test starting: all_reduce_perf", file=out)
     print(f"# nThread 1 nGpus {args.ngpus} minBytes {size(args.minbytes)} maxBytes {size(args.maxbytes)} "
           f"step: {args.stepfactor}(factor) warmup iters: {args.warmup_iters} iters: {args.iters} agg iters: 1 "
