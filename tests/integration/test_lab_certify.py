@@ -72,6 +72,10 @@ def test_the_lab_is_certified_with_evidence(certify_runs: Path):
     assert all(s.get("failures") == "0" for s in suites) and sum(int(s.get("tests")) for s in suites) >= 20
     page = (record / "certification.html").read_text()
     assert "CERTIFIED" in page and page.count("<svg") == 4
+    # nccl-tests ran against the node's pinned libnccl2 (the lab's stand-in NCCL), launched with --mpi=pmix.
+    assert document["nccl_versions"]["system"] == {"gpu01": "2.18.5+cuda12.2", "gpu02": "2.18.5+cuda12.2"}
+    assert "--mpi=pmix" in (record / "events.jsonl").read_text()
+    assert {"nccl-tests.node.gpu01.busbw_bucket", "training.grad_norm_finite"} <= ids
 
 
 def _shape(node: str, interface: str) -> None:
@@ -113,6 +117,21 @@ def test_a_rank_with_perturbed_gradients_is_named_with_its_host_and_step(certify
     assert "step 20: ranks [3] on gpu02" in check["detail"]
     assert document["training"]["steps_done"] == 21  # stopped at the first violation
     assert document["node_verdicts"]["gpu01"]["certified"] and not document["certified"]
+
+
+def test_a_gpu_node_whose_ranks_see_no_gpu_fails_naming_it(certify_runs: Path):
+    # As on a GPU node whose job got no GPU: the launcher asks for CUDA, torch sees none.
+    conf = "/etc/provision/certify.conf"
+    node_exec("gpu02", "sed", "-i", "s/^CERTIFY_REQUIRE_CUDA=0$/CERTIFY_REQUIRE_CUDA=1/", conf)
+    try:
+        assert main(["certify", "--inventory", LAB, "--only", "training", "--steps", "20"]) == 1
+    finally:
+        node_exec("gpu02", "sed", "-i", "s/^CERTIFY_REQUIRE_CUDA=1$/CERTIFY_REQUIRE_CUDA=0/", conf)
+    document = certification(certify_runs)
+    ran = next(c for c in document["checks"] if c["id"] == "training.ran")
+    assert not ran["passed"] and ran["blamed"] == ["gpu02"]
+    assert "refused to run on the CPU, on gpu02" in ran["detail"] and "CUDA required" in ran["detail"]
+    assert document["node_verdicts"]["gpu01"]["certified"] and not document["node_verdicts"]["gpu02"]["certified"]
 
 
 def _driver(version: str) -> None:
