@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from provisioner import fabric, fleet, monitoring, nccl_profiles, packages, slurm_config, tables
+from provisioner import fabric, fleet, monitoring, munge, nccl_profiles, packages, slurm_config, tables
 from provisioner.certify import jobs as certify_jobs
 from provisioner.parsers import PARSERS, ParseError, parse_nvidia_smi_csv
 
@@ -189,6 +189,10 @@ class FilterModule:
             "nccl_ib_hca": nccl_ib_hca,
             "nccl_assignments": nccl_assignments,
             "shell_quote": shell_quote,
+            "munge_key_problem": munge.munge_key_problem,
+            "munge_key_checksum": munge.munge_key_checksum,
+            "munge_key_source": munge.munge_key_source,
+            "munge_key_report": munge.key_report,
             "slurm_node_line": slurm_node_line,
             "slurm_partition_lines": slurm_partition_lines,
             "slurm_gres_type": slurm_gres_type,

@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
     # Testing only: perturb this rank's gradients to prove the gradient-norm check works.
     certify.add_argument("--inject-grad-fault", type=int, help=argparse.SUPPRESS)
-    replace = commands.add_parser("replace-node", help="rebuild a replaced GPU node, certify it, return it to service")
+    replace = commands.add_parser("replace-node", help="rebuild a replaced machine: a GPU node (drained, certified, "
+                                  "resumed), the controller, a monitoring or login host")
     replace.add_argument("node")
     replace.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
     replace.add_argument("--reason", default="hardware replaced", help="why (shown in Slurm while it is drained)")

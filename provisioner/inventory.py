@@ -16,9 +16,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from provisioner.errors import InputError, InputProblem
+from provisioner.munge import munge_key_problem
 from provisioner.nccl_profiles import load_profiles
 from provisioner.nccl_variables import variable_problem
-from provisioner.yaml_source import load_yaml
+from provisioner.yaml_source import VaultValue, load_yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_GROUPS = ("controller", "gpu_nodes", "monitoring")
@@ -326,6 +327,41 @@ def _check_definitions(sites: list[dict[str, Defined]], reader: _Reader) -> None
                 _check_nccl_opt_in(defined, variables, reader)
             if name == "monitoring_alert_receivers":
                 _check_alert_receivers(defined, reader)
+            if name == "slurm_munge_key":
+                _check_munge_key(defined, reader)
+
+
+def _check_accounting(merged: dict[str, dict[str, Defined]], controllers: list[str], reader: _Reader) -> None:
+    """Job accounting (on unless slurm_accounting: false) needs the database password where
+    the primary controller reads it; the value itself is never echoed."""
+    if not controllers or controllers[0] not in merged:
+        return
+    variables = merged[controllers[0]]
+    enabled = variables.get("slurm_accounting")
+    if enabled is not None and not isinstance(enabled.value, bool):
+        reader.problem(enabled.key, f"must be true or false (got {type(enabled.value).__name__})", enabled.file)
+        return
+    if enabled is not None and enabled.value is False:
+        return
+    password = variables.get("slurm_accounting_db_password")
+    if password is None or password.value in ("", None):
+        reader.problem("slurm_accounting_db_password",
+                       f"job accounting is on (slurm_accounting) but the controller {controllers[0]} has no database "
+                       "password: set slurm_accounting_db_password (kept in Ansible Vault) in group_vars/all.yml or "
+                       "group_vars/controller.yml, or set slurm_accounting: false",
+                       str(Path(reader.hosts_display).parent / "group_vars" / "all.yml"))
+    elif not isinstance(password.value, str | VaultValue):
+        reader.problem(password.key, "must be a string (quote it, or keep it in Ansible Vault)", password.file)
+
+
+def _check_munge_key(defined: Defined, reader: _Reader) -> None:
+    """A key in the clear is checked; a vaulted or templated one only Ansible can read (its
+    value is never echoed)."""
+    if isinstance(defined.value, VaultValue) or defined.value in ("", None) or "{{" in str(defined.value):
+        return
+    problem = munge_key_problem(defined.value)
+    if problem:
+        reader.problem(defined.key, problem, defined.file)
 
 
 def _check_nccl_env(defined: Defined, reader: _Reader) -> None:
@@ -380,7 +416,7 @@ def _check_alert_receivers(defined: Defined, reader: _Reader) -> None:
             reader.problem(f"{key}.type", f"{kind!r} is not a receiver type: webhook, slack or email", defined.file)
             continue
         for needed in RECEIVER_KEYS[kind]:
-            if not isinstance(receiver.get(needed), str) or not receiver[needed]:
+            if not isinstance(receiver.get(needed), str | VaultValue) or not receiver[needed]:
                 reader.problem(f"{key}.{needed}", f"a {kind} receiver needs {needed}", defined.file)
         for extra in sorted(set(receiver) - RECEIVER_OPTIONAL - set(RECEIVER_KEYS[kind])):
             reader.problem(f"{key}.{extra}", f"unknown key for a {kind} receiver"
@@ -464,9 +500,10 @@ def _check_structure(reader: _Reader, members: dict[str, list[str]]) -> None:
         reader.problem("all.children.subnet_managers",
                        "running opensm on hosts is not supported: run the subnet manager on the switches "
                        "(the infiniband role checks that every port sees one); remove the group's hosts")
-    if len(members.get("controller", [])) > 1:
+    if len(members.get("controller", [])) > 2:
         reader.problem("all.children.controller",
-                       f"exactly one Slurm controller expected, found {', '.join(members['controller'])}")
+                       "at most two Slurm controllers (a primary and a backup sharing the state location), "
+                       f"found {', '.join(members['controller'])}")
     grouped = {host for group, hosts in members.items() if group != "all" for host in hosts}
     for host in reader.direct_hosts.get("all", []):
         if host not in grouped:
@@ -512,6 +549,7 @@ def load_inventory(name_or_path: str) -> Inventory:
 
     merged = {host: _merged_host_vars(host, reader, file_groups, file_hosts) for host in reader.host_keys}
     _check_addresses(merged, reader)
+    _check_accounting(merged, members.get("controller", []), reader)
 
     cluster_defined = {**reader.group_vars.get("all", {}), **file_groups.get("all", {})}
     cluster = ClusterVars()

@@ -1,8 +1,11 @@
-"""provision replace-node: drain, rebuild, verify, certify and resume one GPU node, step by step.
+"""provision replace-node: rebuild one machine of the cluster, step by step.
 
-Each step is recorded (name, start, duration, outcome, evidence, the run record of its
-playbook) in the command's own run record, `replace-node.json`. A failed step leaves the node
-drained with the step as the reason, and the command exits 1.
+A GPU node is drained, rebuilt, compared with the fleet, certified and resumed; a failed step
+leaves it drained with the step as the reason. The controller, a monitoring host or a login
+node is rebuilt (known hosts, every phase it has, the cluster-wide files everywhere) and the
+cluster checked: every GPU node still in service. Each step is recorded (name, start,
+duration, outcome, evidence, the run record of its playbook) in the command's own run record,
+`replace-node.json`; a failed step exits 1.
 """
 
 from __future__ import annotations
@@ -58,6 +61,18 @@ class StepRecord:
     detail: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)
     run_record: str | None = None
+
+
+def check_host(inventory: Inventory, node: str) -> None:
+    if node not in inventory.hosts:
+        raise InputError([InputProblem(str(inventory.hosts_file), "all",
+                                       f"{node} is not a host of inventory {inventory.name} (add the "
+                                       "replacement's address to the inventory first)")])
+
+
+def host_roles(inventory: Inventory, node: str) -> list[str]:
+    """The groups a host serves in (controller, monitoring, login, gpu_nodes), for the record."""
+    return [group for group in ("controller", "monitoring", "login", "gpu_nodes") if node in inventory.group(group)]
 
 
 def check_node(inventory: Inventory, node: str) -> None:
@@ -197,17 +212,54 @@ def _build(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
         raise
 
 
-def replace_node(request: ReplaceRequest, console: Console) -> int:
-    """Run every step; 0 when the node is back in service, 1 when a step failed (node left drained)."""
+SETTLED_STATES = ("idle", "mixed", "allocated", "completing", "drained", "draining", "reserved", "planned")
+
+
+def _settled(state: str) -> bool:
+    """A node state from `sinfo %T` that Slurm holds on purpose ("idle", "drained", ...), not
+    down, failing or not responding (a trailing "*")."""
+    base = state.rstrip("*~#!%$@^-+")
+    return base in SETTLED_STATES and "*" not in state[len(base):]
+
+
+def _check_cluster(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
+    """After a service machine's rebuild: Slurm answers and no GPU node is down or unreachable
+    (drained nodes stay as they were: Slurm kept their state)."""
+    handed, record = _handed(request, console, "replace-node-states", "slurm_states.yml", "_states_output", {})
+    step.run_record = str(record)
+    states = {parts[0]: parts[1].lower() for parts in (line.split() for line in handed["sinfo"].splitlines())
+              if len(parts) > 1}
+    step.evidence["states"] = states
+    gpu_nodes = request.inventory.group("gpu_nodes")
+    missing = [node for node in gpu_nodes if node not in states]
+    unsettled = [f"{node} {states[node]}" for node in gpu_nodes if node in states and not _settled(states[node])]
+    if missing or unsettled:
+        raise StepFailed("GPU nodes not in service after the rebuild: "
+                         + ", ".join(unsettled + [f"{node} unknown to Slurm" for node in missing]))
+
+
+def _replace_service_host(request: ReplaceRequest, console: Console, step: Callable) -> None:
     inventory, node = request.inventory, request.node
-    check_node(inventory, node)
+    address = str(inventory.hostvars[node].get("ansible_host", node))
+    step("known hosts", lambda s: s.evidence.update({"fingerprints": known_hosts.refresh(
+        known_hosts.known_hosts_file(inventory.hostvars[node]), node, address)}))
+    step("build", lambda s: _build(request, console, s))
+    step("check the cluster", lambda s: _check_cluster(request, console, s))
+
+
+def replace_node(request: ReplaceRequest, console: Console) -> int:
+    """Run every step; 0 when the machine is back in service, 1 when a step failed (a GPU node is
+    left drained)."""
+    inventory, node = request.inventory, request.node
+    check_host(inventory, node)
+    gpu_node = node in inventory.group("gpu_nodes")
     address = str(inventory.hostvars[node].get("ansible_host", node))
     with inventory_lock(inventory.directory, "replace-node", covers_nested=True):
         record = new_record_dir(request.runs_dir, "replace-node-steps")
         steps: list[StepRecord] = []
         document = {"command": "replace-node", "argv": request.argv, "inventory": inventory.name, "node": node,
-                    "address": address, "reason": request.reason, "started": datetime.now(UTC).isoformat(),
-                    "steps": steps}
+                    "roles": host_roles(inventory, node), "address": address, "reason": request.reason,
+                    "started": datetime.now(UTC).isoformat(), "steps": steps}
 
         def save() -> None:
             (record / "replace-node.json").write_text(json.dumps(
@@ -231,6 +283,24 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
 
         def set_record(current: StepRecord, path: Path) -> None:
             current.run_record = str(path)
+
+        if not gpu_node:
+            try:
+                _replace_service_host(request, console, step)
+            except (StepFailed, known_hosts.KnownHostsError):
+                failed = steps[-1]
+                document.update({"result": "failed", "failed_step": failed.name,
+                                 "finished": datetime.now(UTC).isoformat()})
+                save()
+                console.print(f"[red]replace-node {node} failed at {failed.name}[/]: {failed.detail}",
+                              highlight=False)
+                console.print(f"record: {record}", highlight=False)
+                return EXIT_FAILED
+            document.update({"result": "in service", "finished": datetime.now(UTC).isoformat()})
+            save()
+            console.print(f"[green]{node} ({', '.join(document['roles'])}) rebuilt, the cluster in service[/]; "
+                          f"record: {record}", highlight=False)
+            return EXIT_OK
 
         hold = f"replace-node: {request.reason}"
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,27 @@ class _DuplicateKey(Exception):
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+@dataclass(frozen=True)
+class VaultValue:
+    """A value encrypted with Ansible Vault (`!vault |`): only Ansible, given the vault
+    password, reads its plain text; validation accepts it where a secret string belongs."""
+
+    ciphertext: str
+
+    def __repr__(self) -> str:
+        return "VaultValue(...)"
+
+
+def _construct_vault(loader: _StrictLoader, node: yaml.Node) -> VaultValue:
+    if not isinstance(node, yaml.ScalarNode):
+        mark = node.start_mark
+        raise yaml.constructor.ConstructorError(None, None, "!vault must tag a block of vault text", mark)
+    return VaultValue(str(loader.construct_scalar(node)))
+
+
+_StrictLoader.add_constructor("!vault", _construct_vault)
 
 
 def load_yaml(path: Path, display: str) -> Any:

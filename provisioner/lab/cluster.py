@@ -29,6 +29,7 @@ from provisioner.lab.images import NODE_IMAGE, build_node_image
 LABEL = "provision.lab"
 NETWORK = "provision-lab"
 SHARED_VOLUME = "provision-lab-shared"
+SHARED_MOUNT = "/shared"
 CONTAINER_PREFIX = "provision-lab-"
 CONTROLLER = "ctl01"
 REPO = "repo"
@@ -171,7 +172,7 @@ def _create_container(node: str, role: str, gpus: int, name: str | None = None) 
         "--label", f"{LABEL}.dir={lab_dir()}", "--label", f"{LABEL}.instance={lab_instance()}",
         "--privileged", "--cgroupns=host", "--volume", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
         "--tmpfs", "/run", "--tmpfs", "/run/lock",
-        "--volume", f"{SHARED_VOLUME}:/shared",
+        "--volume", f"{SHARED_VOLUME}:{SHARED_MOUNT}",
         "--volume", f"{node_dir(node) / 'ssh'}:/etc/ssh/lab:ro",
         "--volume", f"{node_hw_dir(node)}:{hw_state.NODE_STATE_MOUNT}",
         NODE_IMAGE, "/lib/systemd/systemd",
@@ -211,6 +212,17 @@ def _known_hosts(addresses: dict[str, str]) -> None:
     (lab_dir() / "known_hosts").write_text("\n".join(lines) + "\n")
 
 
+def _lab_secret(name: str) -> str:
+    """A random secret made once per lab folder (kept in .lab/, mode 0600): the same across
+    `lab up`s, as an operator's Vault value is across applies."""
+    path = lab_dir() / "secrets" / name
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.touch(mode=0o600)
+        path.write_text(uuid.uuid4().hex + "\n")
+    return path.read_text().strip()
+
+
 def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
     """Write inventory/lab/: hosts.yml (addresses, SSH settings) and group_vars."""
     directory = lab_inventory_dir()
@@ -243,6 +255,14 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "gpu_driver_apt_repository": f"deb [trusted=yes] http://{REPO}:{REPO_PORT}/ ./",
         "gpu_driver_apt_key_url": "",
         "firmware_hca_versions": {hw_state.CONNECTX7_PSID: hw_state.DEFAULT_HCA_FIRMWARE},
+        # The shared volume stands in for the NFS a cluster keeps Slurm's state, the accounting
+        # database's dumps and the monitoring history on: they outlive a rebuilt controller.
+        "slurm_state_save_location": f"{SHARED_MOUNT}/slurm/state",
+        "slurm_accounting_backup_dir": f"{SHARED_MOUNT}/slurm/accounting-backup",
+        "slurm_accounting_db_password": _lab_secret("accounting-db-password"),
+        "slurm_accounting_mariadb_version": "1:10.11.19-0+deb12u1",
+        "monitoring_prometheus_storage_path": f"{SHARED_MOUNT}/monitoring/prometheus",
+        "monitoring_alertmanager_storage_path": f"{SHARED_MOUNT}/monitoring/alertmanager",
         "slurm_partitions": [
             {"name": "gpu", "nodes": "ALL", "default": True},
             {"name": "debug", "nodes": "ALL", "max_time": "0:30:00"},
@@ -417,33 +437,45 @@ def status_as_dicts(statuses: list[NodeStatus]) -> list[dict]:
     return [asdict(status) for status in statuses]
 
 
-def replace_gpu_node(node: str, log: Callable[[str], None] = print) -> str:
-    """Destroy a lab GPU node and start a bare machine in its place, as a hardware swap does:
-    a fresh container from the base image, a new address, a new SSH host key, new GPU serials
-    and HCA GUIDs. The lab inventory gets the new address (what an operator writes into the
-    inventory for the new machine); known_hosts is left alone (replace-node refreshes it).
-    Returns the new address."""
+def replace_machine(node: str, log: Callable[[str], None] = print) -> str:
+    """Destroy a lab machine (a GPU node or the controller) and start a bare one in its place,
+    as a hardware swap does: a fresh container from the base image, a new address, a new SSH
+    host key (and for a GPU node new GPU serials and HCA GUIDs). What lives on the shared
+    volume (the lab's stand-in for NFS) stays. The lab inventory gets the new address (what an
+    operator writes into the inventory for the new machine); known_hosts is left alone
+    (replace-node refreshes it). Returns the new address."""
     config = json.loads((lab_dir() / "lab.json").read_text())
     gpus = int(config["gpus_per_node"])
-    if node not in {gpu_node_name(n) for n in range(1, int(config["nodes"]) + 1)}:
-        raise ValueError(f"{node} is not a GPU node of this lab")
+    gpu_nodes = {gpu_node_name(n) for n in range(1, int(config["nodes"]) + 1)}
+    if node not in gpu_nodes | {CONTROLLER}:
+        raise ValueError(f"{node} is not a machine of this lab")
+    role, node_gpus = ("gpu", gpus) if node in gpu_nodes else ("controller", 0)
     old = _address(_inspect(container_name(node)) or {})
     for key in (node_dir(node) / "ssh").glob("ssh_host_*"):
         key.unlink()
-    number = int(node.removeprefix("gpu"))
-    _prepare_node_files(node, number, gpus, reset_state=False)
+    number = int(node.removeprefix("gpu")) if role == "gpu" else 0
+    _prepare_node_files(node, number, node_gpus, reset_state=False)
     # Another machine: other serials, UUIDs and GUIDs (the number only seeds the identifiers).
-    hw_state.write_state(node_hw_dir(node), hw_state.default_node_state(number + 100, gpus, LAB_HCAS))
+    hw_state.write_state(node_hw_dir(node), hw_state.default_node_state(
+        number + 100, node_gpus, LAB_HCAS if node_gpus else 0))
     # The new machine starts while the old one still holds its address, so it gets another.
     incoming = container_name(f"{node}-incoming")
     docker("rm", "--force", incoming, check=False)
     log(f"starting a bare {node} beside the old one ({old})")
-    _create_container(node, "gpu", gpus, name=incoming)
+    _create_container(node, role, node_gpus, name=incoming)
     log(f"destroying the old {node}")
     docker("rm", "--force", container_name(node))
     docker("rename", incoming, container_name(node))
     _wait_for_boot(node)
-    _create_gpu_devices(node, gpus)
+    if node_gpus:
+        _create_gpu_devices(node, node_gpus)
     addresses = {s.name: s.address for s in lab_status() if s.role != "repo" and s.address}
     write_lab_inventory(addresses, gpus)
     return addresses[node]
+
+
+def replace_gpu_node(node: str, log: Callable[[str], None] = print) -> str:
+    """A GPU node's hardware swap (see replace_machine)."""
+    if node == CONTROLLER:
+        raise ValueError(f"{node} is not a GPU node of this lab")
+    return replace_machine(node, log)

@@ -41,7 +41,7 @@ def runs(provisioned_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
 
 def test_bad_requests_are_refused_before_touching_anything(runs: Path, capsys):
     assert main(["replace-node", "gpu09", "--inventory", LAB]) == 2
-    assert "gpu09 is not a GPU node of inventory lab" in capsys.readouterr().err
+    assert "gpu09 is not a host of inventory lab" in capsys.readouterr().err
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; from provisioner.lock import "
          "inventory_lock\nwith inventory_lock(Path(sys.argv[1]), 'apply'):\n print('held', flush=True); "

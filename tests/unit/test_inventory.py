@@ -80,10 +80,25 @@ def test_group_without_hosts(example_inventory: Path):
     _one(example_inventory, "all.children.controller", "has no hosts")
 
 
-def test_two_controllers_are_refused(example_inventory: Path):
-    _edit(example_inventory / "hosts.yml",
-          lambda d: d["all"]["children"]["controller"]["hosts"].__setitem__("ctl02", {"ansible_host": "10.10.0.20"}))
-    _one(example_inventory, "all.children.controller", "exactly one Slurm controller")
+def test_a_backup_controller_is_accepted_a_third_is_refused(example_inventory: Path):
+    def add(name: str, address: str):
+        return lambda d: d["all"]["children"]["controller"]["hosts"].__setitem__(name, {"ansible_host": address})
+
+    _edit(example_inventory / "hosts.yml", add("ctl02", "10.10.0.20"))
+    assert load_inventory(str(example_inventory)).group("controller") == ["ctl01", "ctl02"]
+    _edit(example_inventory / "hosts.yml", add("ctl03", "10.10.0.21"))
+    _one(example_inventory, "all.children.controller", "at most two Slurm controllers", "ctl03")
+
+
+def test_accounting_needs_its_password_unless_turned_off(example_inventory: Path):
+    all_vars = example_inventory / "group_vars" / "all.yml"
+    _edit(all_vars, lambda d: d.pop("slurm_accounting_db_password"))
+    problem = _one(example_inventory, "slurm_accounting_db_password", "job accounting is on")
+    assert "all.yml" in problem and "ctl01" in problem
+    _edit(all_vars, lambda d: d.__setitem__("slurm_accounting", "yes"))
+    _one(example_inventory, "slurm_accounting", "must be true or false")
+    _edit(all_vars, lambda d: d.__setitem__("slurm_accounting", False))
+    load_inventory(str(example_inventory))
 
 
 def test_host_in_no_group(example_inventory: Path):

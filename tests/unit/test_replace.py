@@ -74,3 +74,28 @@ def test_a_command_covers_its_own_runs_and_the_lock_refuses_everyone_else(tmp_pa
          "with inventory_lock(Path(sys.argv[1]), 'apply'): print('got it')", str(tmp_path)],
         capture_output=True, text=True, check=True)
     assert released.stdout.strip() == "got it"
+
+
+def test_any_host_can_be_replaced_and_its_roles_are_recorded():
+    from provisioner.errors import InputError
+    from provisioner.inventory import load_inventory
+    from provisioner.replace import check_host, host_roles
+
+    inventory = load_inventory("example")
+    check_host(inventory, "ctl01")
+    assert host_roles(inventory, "ctl01") == ["controller", "monitoring"]
+    assert host_roles(inventory, "gpu01") == ["gpu_nodes"]
+    with pytest.raises(InputError) as refused:
+        check_host(inventory, "ctl09")
+    assert "ctl09 is not a host of inventory example" in str(refused.value.problems[0])
+
+
+@pytest.mark.parametrize(("state", "settled"), [
+    ("idle", True), ("mixed", True), ("allocated", True), ("drained", True), ("draining", True),
+    ("idle*", False), ("down", False), ("down*", False), ("fail", False), ("unknown", False),
+    ("allocated+", True), ("drained*", False),
+])
+def test_a_rebuilt_controller_checks_every_gpu_node_settled(state: str, settled: bool):
+    from provisioner.replace import _settled
+
+    assert _settled(state) is settled
