@@ -258,6 +258,9 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         # The shared volume stands in for the NFS a cluster keeps Slurm's state, the accounting
         # database's dumps and the monitoring history on: they outlive a rebuilt controller.
         "slurm_state_save_location": f"{SHARED_MOUNT}/slurm/state",
+        # The lab network's DNS resolves ctl01 to whichever machine holds the name, as a site's
+        # DNS does: jobs running while the controller is rebuilt find the new one.
+        "slurm_controller_by_name": True,
         "slurm_accounting_backup_dir": f"{SHARED_MOUNT}/slurm/accounting-backup",
         "slurm_accounting_db_password": _lab_secret("accounting-db-password"),
         "slurm_accounting_mariadb_version": "1:10.11.19-0+deb12u1",
