@@ -24,6 +24,7 @@ from .conftest import node_exec, wait_for
 pytestmark = pytest.mark.lab
 LAB = "lab"
 KEY = "/etc/munge/munge.key"
+STATE = "/shared/slurm/state"
 
 
 def controller_address() -> str:
@@ -75,7 +76,13 @@ def test_the_controller_is_rebuilt_with_its_key_state_jobs_accounting_and_monito
                           "--output=/tmp/rebuild-user.out", "--wrap", "sleep 150; echo finished")
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip()
+    submitted_at = time.time()
     wait_for(lambda: sacct_state(job) == "RUNNING", 60, f"job {job} running and recorded")
+    # slurmctld writes its state a few seconds after a change: a controller lost in between
+    # loses the newest jobs (Slurm's own window). The job is in the saved state once the file
+    # was written after the submission.
+    wait_for(lambda: float(node_exec("ctl01", "stat", "--format=%.9Y", f"{STATE}/job_state").stdout or 0)
+             > submitted_at, 60, "slurmctld to save its state with the job")
     # The backup timer's dump (every 15 minutes in production), taken now rather than waited for.
     dumped = node_exec("ctl01", "systemctl", "start", "provision-slurm-accounting-backup.service")
     assert dumped.returncode == 0, dumped.stderr
