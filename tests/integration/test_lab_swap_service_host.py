@@ -71,9 +71,10 @@ def test_the_controller_is_rebuilt_with_its_key_state_jobs_accounting_and_monito
     sampled = prometheus("/api/v1/query", query='up{job="node"}', time=f"{before_rebuild:.3f}")["result"]
     assert sampled, "no samples before the rebuild"
 
-    # A user's job on gpu01, running while its controller is destroyed.
+    # A user's job on gpu01, running while its controller is destroyed; it ends while the new
+    # machine is being built, and reports its end once the new controller is up.
     submitted = node_exec("ctl01", "sbatch", "--parsable", "--nodelist=gpu01", "--gres=gpu:1",
-                          "--output=/tmp/rebuild-user.out", "--wrap", "sleep 150; echo finished")
+                          "--output=/tmp/rebuild-user.out", "--wrap", "sleep 90; echo finished")
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip()
     submitted_at = time.time()

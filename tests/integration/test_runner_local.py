@@ -45,6 +45,8 @@ def write_local_inventory(directory: Path, host_vars: dict[str, dict] | None = N
         "alertmanager_webhook_password": SECRET,
         "probe_dir": str(directory / "probe"),
         "gpu_driver_version": "535.161.08",
+        # No Slurm here: job accounting (which needs its database password) is off.
+        "slurm_accounting": False,
     }))
     (directory / "group_vars" / "gpu_nodes.yml").write_text(yaml.safe_dump({"gpu_count": 2, "gpu_model": "H100"}))
     (directory / "probe").mkdir(exist_ok=True)
