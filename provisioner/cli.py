@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=int, default=2, help="GPU nodes (default 2)")
     up.add_argument("--gpus-per-node", type=int, default=8, help="fake GPUs per node (default 8)")
     up.add_argument("--keep-state", action="store_true",
-                    help="keep the simulated hardware state of nodes that are reused")
+                    help="keep the simulated hardware state of nodes that are reused, and the cluster's "
+                         "state on the shared volume (Slurm, accounting dumps, monitoring) for a new controller")
     lab_commands.add_parser("status", help="list the lab's nodes")
     lab_commands.add_parser("down", help="remove the lab's containers, network, volume and inventory")
     return parser

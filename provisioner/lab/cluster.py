@@ -30,6 +30,8 @@ LABEL = "provision.lab"
 NETWORK = "provision-lab"
 SHARED_VOLUME = "provision-lab-shared"
 SHARED_MOUNT = "/shared"
+# What the lab keeps on the shared volume for the cluster (its stand-in for NFS).
+SHARED_CLUSTER_STATE = (f"{SHARED_MOUNT}/slurm", f"{SHARED_MOUNT}/monitoring")
 CONTAINER_PREFIX = "provision-lab-"
 CONTROLLER = "ctl01"
 REPO = "repo"
@@ -372,6 +374,10 @@ def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = 
         if not reusable:
             log(f"starting lab node {node}")
             _create_container(node, role, gpus)
+            if role == "controller" and reset_state:
+                # A new controller without --keep-state starts a new cluster: what an earlier lab
+                # (or another lab folder) left on the shared volume is not its state.
+                docker("exec", container_name(node), "rm", "-rf", *SHARED_CLUSTER_STATE)
         elif not details["State"]["Running"]:
             docker("start", container_name(node))
     for node, role, _number in wanted:
