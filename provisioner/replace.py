@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from provisioner import known_hosts
-from provisioner.certify.jobs import busy_nodes
+from provisioner.certify.jobs import busy_nodes, node_states
 from provisioner.certify.run import CertifyRequest, run_certification
 from provisioner.errors import InputError, InputProblem
 from provisioner.fleet import table as fleet_table
@@ -168,11 +168,15 @@ def _reservation(request: ReplaceRequest) -> str:
     return f"provision-replace-{request.node}"
 
 
+def _slurm_node_states(request: ReplaceRequest, console: Console) -> tuple[dict[str, set[str]], Path]:
+    """Every node's Slurm states, read on the controller, and the run record of that read."""
+    handed, record = _handed(request, console, "replace-node-states", "slurm_states.yml", "_states_output", {})
+    return node_states(handed["sinfo"]), record
+
+
 def _resume(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
     step.run_record = str(_release(request, console))
-    handed, _ = _handed(request, console, "replace-node-states", "slurm_states.yml", "_states_output", {})
-    states = [line.split()[1].lower() for line in handed["sinfo"].splitlines()
-              if len(line.split()) > 1 and line.split()[0] == request.node]
+    states = sorted(_slurm_node_states(request, console)[0].get(request.node, set()))
     step.evidence["states"] = states
     held = [state for state in states if any(word in state for word in ("drain", "down", "fail", "maint", "resv"))]
     if not states or held:
@@ -225,26 +229,16 @@ def _settled(state: str) -> bool:
 def _check_cluster(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
     """After a service machine's rebuild: Slurm answers and no GPU node is down or unreachable
     (drained nodes stay as they were: Slurm kept their state)."""
-    handed, record = _handed(request, console, "replace-node-states", "slurm_states.yml", "_states_output", {})
+    states, record = _slurm_node_states(request, console)
     step.run_record = str(record)
-    states = {parts[0]: parts[1].lower() for parts in (line.split() for line in handed["sinfo"].splitlines())
-              if len(parts) > 1}
-    step.evidence["states"] = states
+    step.evidence["states"] = {node: sorted(seen) for node, seen in states.items()}
     gpu_nodes = request.inventory.group("gpu_nodes")
     missing = [node for node in gpu_nodes if node not in states]
-    unsettled = [f"{node} {states[node]}" for node in gpu_nodes if node in states and not _settled(states[node])]
+    unsettled = [f"{node} {state}" for node in gpu_nodes for state in sorted(states.get(node, ()))
+                 if not _settled(state)]
     if missing or unsettled:
         raise StepFailed("GPU nodes not in service after the rebuild: "
                          + ", ".join(unsettled + [f"{node} unknown to Slurm" for node in missing]))
-
-
-def _replace_service_host(request: ReplaceRequest, console: Console, step: Callable) -> None:
-    inventory, node = request.inventory, request.node
-    address = str(inventory.hostvars[node].get("ansible_host", node))
-    step("known hosts", lambda s: s.evidence.update({"fingerprints": known_hosts.refresh(
-        known_hosts.known_hosts_file(inventory.hostvars[node]), node, address)}))
-    step("build", lambda s: _build(request, console, s))
-    step("check the cluster", lambda s: _check_cluster(request, console, s))
 
 
 def replace_node(request: ReplaceRequest, console: Console) -> int:
@@ -284,48 +278,47 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
         def set_record(current: StepRecord, path: Path) -> None:
             current.run_record = str(path)
 
-        if not gpu_node:
-            try:
-                _replace_service_host(request, console, step)
-            except (StepFailed, known_hosts.KnownHostsError):
-                failed = steps[-1]
-                document.update({"result": "failed", "failed_step": failed.name,
-                                 "finished": datetime.now(UTC).isoformat()})
-                save()
-                console.print(f"[red]replace-node {node} failed at {failed.name}[/]: {failed.detail}",
-                              highlight=False)
-                console.print(f"record: {record}", highlight=False)
-                return EXIT_FAILED
-            document.update({"result": "in service", "finished": datetime.now(UTC).isoformat()})
-            save()
-            console.print(f"[green]{node} ({', '.join(document['roles'])}) rebuilt, the cluster in service[/]; "
-                          f"record: {record}", highlight=False)
-            return EXIT_OK
+        def fingerprints(current: StepRecord) -> None:
+            current.evidence["fingerprints"] = known_hosts.refresh(
+                known_hosts.known_hosts_file(inventory.hostvars[node]), node, address)
 
         hold = f"replace-node: {request.reason}"
+        plan: list[tuple[str, Callable[[StepRecord], None]]] = [
+            ("drain", lambda s: set_record(s, drain(request, console, hold, wait=True))),
+            ("known hosts", fingerprints),
+            ("build", lambda s: _build(request, console, s)),
+            ("verify versions", lambda s: _verify_versions(request, console, s)),
+            ("certify", lambda s: _certify(request, console, s)),
+            ("resume", lambda s: _resume(request, console, s)),
+        ] if gpu_node else [
+            ("known hosts", fingerprints),
+            ("build", lambda s: _build(request, console, s)),
+            ("check the cluster", lambda s: _check_cluster(request, console, s)),
+        ]
         try:
-            step("drain", lambda s: set_record(s, drain(request, console, hold, wait=True)))
-            step("known hosts", lambda s: s.evidence.update({"fingerprints": known_hosts.refresh(
-                known_hosts.known_hosts_file(inventory.hostvars[node]), node, address)}))
-            step("build", lambda s: _build(request, console, s))
-            step("verify versions", lambda s: _verify_versions(request, console, s))
-            step("certify", lambda s: _certify(request, console, s))
-            step("resume", lambda s: _resume(request, console, s))
+            for name, action in plan:
+                step(name, action)
         except (StepFailed, known_hosts.KnownHostsError):
             failed = steps[-1]
-            reason = " ".join(f"replace-node: {failed.name}: {failed.detail}".split())
-            try:
-                drain(request, console, reason, wait=False)
-                _release(request, console)
-            except StepFailed as error:
-                failed.detail += f" (and draining again failed: {error})"
-            document.update({"result": "failed", "failed_step": failed.name, "drain_reason": reason[:REASON_LIMIT],
-                             "finished": datetime.now(UTC).isoformat()})
+            document.update({"result": "failed", "failed_step": failed.name})
+            outcome = f"record: {record}"
+            if gpu_node:
+                reason = " ".join(f"replace-node: {failed.name}: {failed.detail}".split())
+                try:
+                    drain(request, console, reason, wait=False)
+                    _release(request, console)
+                except StepFailed as error:
+                    failed.detail += f" (and draining again failed: {error})"
+                document["drain_reason"] = reason[:REASON_LIMIT]
+                outcome = f"{node} stays drained ({reason[:REASON_LIMIT]}); {outcome}"
+            document["finished"] = datetime.now(UTC).isoformat()
             save()
             console.print(f"[red]replace-node {node} failed at {failed.name}[/]: {failed.detail}", highlight=False)
-            console.print(f"{node} stays drained ({reason[:REASON_LIMIT]}); record: {record}", highlight=False)
+            console.print(outcome, highlight=False)
             return EXIT_FAILED
         document.update({"result": "in service", "finished": datetime.now(UTC).isoformat()})
         save()
-        console.print(f"[green]{node} replaced, certified and back in service[/]; record: {record}", highlight=False)
+        done = ("replaced, certified and back in service" if gpu_node
+                else f"({', '.join(document['roles'])}) rebuilt, the cluster in service")
+        console.print(f"[green]{node} {done}[/]; record: {record}", highlight=False)
         return EXIT_OK

@@ -140,6 +140,17 @@ def _hostnames(expression: str) -> set[str]:
     return names
 
 
+def node_states(sinfo: str) -> dict[str, set[str]]:
+    """Each node's states (lower case; one line per partition it is in) from
+    `sinfo --Node --noheader --format "%N %T"`."""
+    states: dict[str, set[str]] = defaultdict(set)
+    for line in sinfo.splitlines():
+        fields = line.split()
+        if len(fields) >= 2:
+            states[fields[0]].add(fields[1].lower())
+    return dict(states)
+
+
 def busy_nodes(sinfo: str, nodes: list[str], reservation: str, reservation_info: str) -> list[str]:
     """Why each node cannot be certified now: not idle (or, with a reservation, not in it).
 
@@ -147,11 +158,7 @@ def busy_nodes(sinfo: str, nodes: list[str], reservation: str, reservation_info:
     reservation NAME`. Idle nodes are free; with a reservation that holds a node, its reserved
     state counts as free too.
     """
-    states: dict[str, set[str]] = defaultdict(set)
-    for line in sinfo.splitlines():
-        fields = line.split()
-        if len(fields) >= 2:
-            states[fields[0]].add(fields[1].lower())
+    states = node_states(sinfo)
     reserved: set[str] = set()
     if reservation:
         found = re.search(r"\bNodes=(\S+)", reservation_info)
