@@ -28,10 +28,29 @@ class Refused(ParseError):
                          f"{first['host']} rank {first['rank']}: {first['reason']}")
 
 
+def marked_objects(stdout: str, mark: str) -> list[dict[str, Any]]:
+    """Every JSON object printed after mark, in output order.
+
+    Ranks of one node share the step's stdout: a line may hold the marks of several ranks run
+    together (one rank's line cut into by another's), so each mark is decoded where it stands
+    and whatever follows its object is left to the next mark."""
+    decoder = json.JSONDecoder()
+    found: list[dict[str, Any]] = []
+    start = stdout.find(mark)
+    while start != -1:
+        try:
+            value, end = decoder.raw_decode(stdout, start + len(mark))
+        except json.JSONDecodeError as error:
+            raise ParseError(f"unreadable {mark.strip()} line in the job's output: {error}") from error
+        if isinstance(value, dict):
+            found.append(value)
+        start = stdout.find(mark, end)
+    return found
+
+
 def refusals(stdout: str) -> list[dict[str, Any]]:
     """The ranks' refusals in a job's output, in rank order."""
-    found = [json.loads(line[len(REFUSED_MARK):]) for line in stdout.splitlines() if line.startswith(REFUSED_MARK)]
-    return sorted(found, key=lambda r: r["rank"])
+    return sorted(marked_objects(stdout, REFUSED_MARK), key=lambda r: r["rank"])
 
 
 @dataclass(frozen=True)
@@ -105,9 +124,8 @@ def srun_argv(job: dict[str, Any], settings: dict[str, Any]) -> list[str]:
 
 
 def _marked(stdout: str, mark: str) -> dict[str, Any]:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(mark):
-            return json.loads(line[len(mark):])
+    if found := marked_objects(stdout, mark):
+        return found[-1]
     raise ParseError(f"no {mark.strip()} line in the job's output")
 
 

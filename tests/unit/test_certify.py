@@ -10,6 +10,7 @@ import pytest
 
 from provisioner.certify import criteria, jobs, report
 from provisioner.certify.profiles import ProfileError, thresholds
+from provisioner.parsers.common import ParseError
 from tests.conftest import REAL_OUTPUTS
 
 LAB = thresholds("lab-cpu", "any", 0, 400, None)
@@ -241,6 +242,25 @@ def test_a_refusing_rank_fails_the_run_naming_its_host():
              "stdout": stdout, "stderr": ""}
     ran = criteria.communication_checks([swept], judge())[0][0]
     assert not ran.passed and ran.blamed == ["b"]
+
+
+def test_refusals_of_ranks_whose_lines_ran_together_are_all_read():
+    # Two ranks of one node wrote at once: the second line landed before the first one's newline.
+    first = {"host": "b", "rank": 3, "local_rank": 1, "reason": "CUDA required but torch sees no GPU"}
+    second = {"host": "b", "rank": 2, "local_rank": 0, "reason": "CUDA required but torch sees no GPU"}
+    stdout = f"PROVISION-REFUSED {json.dumps(first)}PROVISION-REFUSED {json.dumps(second)}\n\nother text\n"
+    assert [r["rank"] for r in jobs.refusals(stdout)] == [2, 3]
+    trained = {"name": "smoke training", "instrument": "train", "scope": "training", "nodes": ["a", "b"], "rc": 1,
+               "stdout": stdout, "stderr": ""}
+    checks = criteria.training_checks(trained, ["a", "b"], judge())[0]
+    assert [(c.id, c.passed, c.blamed) for c in checks] == [("training.ran", False, ["b"])]
+    assert "2 rank(s) refused to run on the CPU, on b" in checks[0].detail
+
+
+def test_a_cut_marked_line_is_a_parse_error_not_a_crash():
+    with pytest.raises(ParseError, match="unreadable PROVISION-TRAIN"):
+        jobs.read_output("train", 'PROVISION-TRAIN {"ranks": [\n')
+    assert jobs.read_output("sweep", 'noise PROVISION-SWEEP {"rows": []} more\n') == {"rows": []}
 
 
 def test_reports(tmp_path: Path):

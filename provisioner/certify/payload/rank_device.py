@@ -25,11 +25,22 @@ def cuda_shortfall(visible: int, local_world: int) -> str | None:
     return None
 
 
+def print_marked(mark: str, value: object) -> None:
+    """One line, mark then value as JSON, written with one write call.
+
+    The ranks of a node share the step's stdout; print() may hand the text and its newline to
+    the pipe separately, and another rank's line can land between them. A single write of a
+    line under PIPE_BUF bytes (4 KiB) is never cut into."""
+    sys.stdout.flush()
+    data = (mark + json.dumps(value) + "\n").encode()
+    while data:
+        data = data[os.write(sys.stdout.fileno(), data):]
+
+
 def refuse(reason: str) -> None:
     """Say on stdout which host and rank refuse and why (the certification reads it), then exit."""
-    print(REFUSED_MARK + json.dumps({"host": socket.gethostname(), "rank": int(os.environ.get("RANK", "0")),
-                                     "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "reason": reason}),
-          flush=True)
+    print_marked(REFUSED_MARK, {"host": socket.gethostname(), "rank": int(os.environ.get("RANK", "0")),
+                                "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "reason": reason})
     print(f"{socket.gethostname()} rank {os.environ.get('RANK', '0')}: {reason}", file=sys.stderr, flush=True)
     os._exit(EXIT_REFUSED)
 

@@ -13,7 +13,6 @@ Rank 0 prints one line `PROVISION-TRAIN <json>` with every rank's records. Runs 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import socket
@@ -23,7 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from rank_device import device_for_rank, finish, init_group, synchronize
+from rank_device import device_for_rank, finish, init_group, print_marked, synchronize
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -299,7 +298,7 @@ def main() -> None:
     everyone: list[dict | None] = [None] * world
     dist.all_gather_object(everyone, result)
     if rank == 0:
-        print("PROVISION-TRAIN " + json.dumps({"ranks": everyone}), flush=True)
+        print_marked("PROVISION-TRAIN ", {"ranks": everyone})
     del ddp, optimizer
     finish()
 

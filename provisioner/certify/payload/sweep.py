@@ -12,7 +12,6 @@ torch only.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import socket
 import statistics
@@ -20,7 +19,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from rank_device import device_for_rank, finish, init_group, synchronize
+from rank_device import device_for_rank, finish, init_group, print_marked, synchronize
 
 DTYPES = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -123,7 +122,7 @@ def main() -> None:
         report = {"collective": "all_reduce", "backend": backend, "ranks": dist.get_world_size(),
                   "hosts": sorted(set(hosts)), "dtype": args.dtype, "iters": args.iters,
                   "repeats": args.repeats, "rows": rows}
-        print("PROVISION-SWEEP " + json.dumps(report), flush=True)
+        print_marked("PROVISION-SWEEP ", report)
     finish()
 
 
