@@ -63,7 +63,10 @@ def compare_with_baseline(revision: str, repeats: int, inventory: Path, runs: Pa
     """Median no-op `provision apply` of `revision` and of this tree, alternated on one lab."""
     tree = baseline_tree(revision)
     try:
-        baseline_environment = {**environment, "PYTHONPATH": str(tree),
+        # The revision runs as it shipped: with its own strategy, not this tree's.
+        inherited = {key: value for key, value in environment.items()
+                     if key not in ("ANSIBLE_STRATEGY", "ANSIBLE_STRATEGY_PLUGINS")}
+        baseline_environment = {**inherited, "PYTHONPATH": str(tree),
                                 "ANSIBLE_CONFIG": str(tree / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(tree / "roles")}
         baseline = [sys.executable, "-m", "provisioner.cli", "apply", "--inventory", str(inventory)]
         current = [str(BIN / "provision"), "apply", "--inventory", str(inventory)]
@@ -130,6 +133,7 @@ def main() -> int:
 
     figures = {
         "nodes": args.nodes + 1,
+        "strategy": environment["ANSIBLE_STRATEGY"],
         "lab_up_s": round(lab_seconds, 2),
         "first_apply_s": round(first_seconds, 2),
         "first_apply_changed": first["totals"]["changed"],

@@ -50,14 +50,35 @@ class RunOutcome:
     summary: dict[str, Any]
 
 
+DEFAULT_STRATEGY = "mitogen_linear"
+
+
+def strategy_environment(strategy: str | None = None) -> dict[str, str]:
+    """The Ansible strategy of provision's runs: Mitogen's linear by default.
+
+    Mitogen keeps one Python interpreter per host for the whole run and sends it each task,
+    where plain Ansible starts a Python (under sudo) for every task on every host: the same
+    tasks in the same order (linear), at a fraction of the cost per task. An operator who
+    wants Ansible's own strategy sets ANSIBLE_STRATEGY=linear."""
+    chosen = strategy or os.environ.get("ANSIBLE_STRATEGY") or DEFAULT_STRATEGY
+    environment = {"ANSIBLE_STRATEGY": chosen}
+    if chosen.startswith("mitogen"):
+        import ansible_mitogen.plugins.strategy as mitogen_strategies
+
+        environment["ANSIBLE_STRATEGY_PLUGINS"] = str(Path(mitogen_strategies.__file__).parent)
+    return environment
+
+
 def ansible_environment() -> dict[str, str]:
-    """Environment for ansible-playbook: the project's config and roles, the venv's binaries first."""
+    """Environment for ansible-playbook: the project's config and roles, the venv's binaries
+    first, the run's strategy."""
     bin_dir = str(Path(sys.executable).parent)
     return {
         "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles"),
         "ANSIBLE_NOCOLOR": "1",
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        **strategy_environment(),
     }
 
 
