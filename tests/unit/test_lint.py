@@ -25,3 +25,29 @@ def test_ruff():
 def test_ansible_lint_production_profile():
     result = _run(str(BIN / "ansible-lint"), "--profile", "production", "--nocolor")
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+
+
+def _tasks(node: object):
+    """Every mapping in a playbook or task file (tasks, blocks, plays)."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _tasks(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _tasks(item)
+
+
+def test_work_on_the_controller_machine_never_asks_for_sudo():
+    # The inventory sets ansible_become for the cluster's hosts; a task run on the machine
+    # provision runs from must not inherit it (Mitogen runs sudo even as root, and an
+    # operator's account has no business escalating there).
+    import yaml
+
+    offenders = []
+    for path in sorted([*ROOT.glob("playbooks/*.yml"), *ROOT.glob("roles/*/tasks/*.yml")]):
+        for task in _tasks(yaml.safe_load(path.read_text())):
+            local = task.get("delegate_to") == "localhost" or task.get("hosts") == "localhost"
+            if local and task.get("become") is not False:
+                offenders.append(f"{path.relative_to(ROOT)}: {task.get('name')}")
+    assert not offenders, offenders
