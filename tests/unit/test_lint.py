@@ -47,6 +47,9 @@ def test_work_on_the_controller_machine_never_asks_for_sudo():
     offenders = []
     for path in sorted([*ROOT.glob("playbooks/*.yml"), *ROOT.glob("roles/*/tasks/*.yml")]):
         for task in _tasks(yaml.safe_load(path.read_text())):
+            # The task keyword alone loses to an inventory's ansible_become.
+            if task.get("delegate_to") == "localhost" and (task.get("vars") or {}).get("ansible_become") is not False:
+                offenders.append(f"{path.relative_to(ROOT)}: {task.get('name')}")
             local = task.get("delegate_to") == "localhost" or task.get("hosts") == "localhost"
             if local and task.get("become") is not False:
                 offenders.append(f"{path.relative_to(ROOT)}: {task.get('name')}")
