@@ -77,13 +77,16 @@ def test_the_controller_is_rebuilt_with_its_key_state_jobs_accounting_and_monito
                           "--output=/tmp/rebuild-user.out", "--wrap", "sleep 90; echo finished")
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip()
-    submitted_at = time.time()
     wait_for(lambda: sacct_state(job) == "RUNNING", 60, f"job {job} running and recorded")
+    running_at = time.time()
     # slurmctld writes its state a few seconds after a change: a controller lost in between
-    # loses the newest jobs (Slurm's own window). The job is in the saved state once the file
-    # was written after the submission.
+    # loses the newest changes (Slurm's own window): a job saved while still pending is
+    # launched again by the new controller, and refused by the node that runs it. The job is
+    # in the saved state as running once the file was written after it was seen running (a
+    # change to the job makes slurmctld save its state; one not followed by any may wait minutes).
+    assert node_exec("ctl01", "scontrol", "update", f"jobid={job}", "comment=running").returncode == 0
     wait_for(lambda: float(node_exec("ctl01", "stat", "--format=%.9Y", f"{STATE}/job_state").stdout or 0)
-             > submitted_at, 60, "slurmctld to save its state with the job")
+             > running_at, 60, "slurmctld to save its state with the job running")
     # The backup timer's dump (every 15 minutes in production), taken now rather than waited for.
     dumped = node_exec("ctl01", "systemctl", "start", "provision-slurm-accounting-backup.service")
     assert dumped.returncode == 0, dumped.stderr
