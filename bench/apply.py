@@ -5,10 +5,10 @@
 3. the wrapper's overhead: `provision apply` against bare `ansible-playbook` on the same
    playbook and inventory, alternated REPEATS times; the ratio of the medians is the figure;
 4. with --baseline REV: the no-op `provision apply` of that revision (a git worktree, its own
-   playbooks, roles, filters and package) against this tree's, alternated REPEATS times on
-   the same lab; the ratio of the medians is the speed-up figure. The two trees rewrite the
-   files whose wording differs between them, so each of these re-applies may change a few
-   files; their changed counts are printed.
+   playbooks, roles, filters, package and Ansible strategy) against this tree's, alternated
+   REPEATS times on the same lab; the ratio of the medians is the speed-up figure. The two
+   trees word a few files differently, so before each timed no-op the tree converges the lab
+   with an untimed apply (its changed count printed); the timed run must change nothing.
 
 Usage: .venv/bin/python bench/apply.py [--nodes 2] [--gpus 8] [--repeats 3] [--keep-lab] [--baseline REV]
 """
@@ -71,20 +71,26 @@ def compare_with_baseline(revision: str, repeats: int, inventory: Path, runs: Pa
         baseline = [sys.executable, "-m", "provisioner.cli", "apply", "--inventory", str(inventory)]
         current = [str(BIN / "provision"), "apply", "--inventory", str(inventory)]
         times: dict[str, list[float]] = {"baseline": [], "current": []}
+        converged: dict[str, list[int]] = {"baseline": [], "current": []}
         changed: dict[str, list[int]] = {"baseline": [], "current": []}
         tasks: dict[str, int] = {}
         for _ in range(repeats):
             for name, command, env, cwd in (("baseline", baseline, baseline_environment, tree),
                                             ("current", current, environment, ROOT)):
-                started = time.perf_counter()
-                code = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, check=False).returncode
-                times[name].append(time.perf_counter() - started)
-                summary = latest_summary(runs)
-                if code != 0:
-                    raise RuntimeError(f"{name} apply failed (exit {code}); see {runs}")
-                changed[name].append(summary["totals"]["changed"])
-                tasks[name] = host_task_count(summary)
+                for timed_run in (False, True):
+                    started = time.perf_counter()
+                    code = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, check=False).returncode
+                    elapsed = time.perf_counter() - started
+                    summary = latest_summary(runs)
+                    if code != 0:
+                        raise RuntimeError(f"{name} apply failed (exit {code}); see {runs}")
+                    if not timed_run:
+                        converged[name].append(summary["totals"]["changed"])
+                        continue
+                    times[name].append(elapsed)
+                    changed[name].append(summary["totals"]["changed"])
+                    tasks[name] = host_task_count(summary)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -92,7 +98,10 @@ def compare_with_baseline(revision: str, repeats: int, inventory: Path, runs: Pa
     return {"baseline_revision": revision, "baseline_noop_median_s": round(old, 2),
             "current_noop_median_s": round(new, 2), "noop_ratio_current_to_baseline": round(new / old, 3),
             "baseline_host_tasks": tasks["baseline"], "current_host_tasks": tasks["current"],
-            "baseline_changed": changed["baseline"], "current_changed": changed["current"]}
+            "baseline_converge_changed": converged["baseline"], "current_converge_changed": converged["current"],
+            "baseline_noop_changed": changed["baseline"], "current_noop_changed": changed["current"],
+            "baseline_noop_s": [round(t, 1) for t in times["baseline"]],
+            "current_noop_s": [round(t, 1) for t in times["current"]]}
 
 
 def main() -> int:
