@@ -53,14 +53,14 @@ class RunOutcome:
 DEFAULT_STRATEGY = "mitogen_linear"
 
 
-def strategy_environment(strategy: str | None = None) -> dict[str, str]:
+def strategy_environment() -> dict[str, str]:
     """The Ansible strategy of provision's runs: Mitogen's linear by default.
 
     Mitogen keeps one Python interpreter per host for the whole run and sends it each task,
     where plain Ansible starts a Python (under sudo) for every task on every host: the same
     tasks in the same order (linear), at a fraction of the cost per task. An operator who
     wants Ansible's own strategy sets ANSIBLE_STRATEGY=linear."""
-    chosen = strategy or os.environ.get("ANSIBLE_STRATEGY") or DEFAULT_STRATEGY
+    chosen = os.environ.get("ANSIBLE_STRATEGY") or DEFAULT_STRATEGY
     environment = {"ANSIBLE_STRATEGY": chosen}
     if chosen.startswith("mitogen"):
         import ansible_mitogen.plugins.strategy as mitogen_strategies
