@@ -39,7 +39,9 @@ class EventLog:
         self._redactor = redactor
 
     def write(self, event: dict[str, Any]) -> None:
-        self._handle.write(json.dumps(self._redactor.data(event), default=str) + "\n")
+        # Scrubbing the JSON text finds the secrets the way data() would (their JSON-escaped
+        # form included) at a fraction of the cost of walking every event's structure.
+        self._handle.write(self._redactor.text(json.dumps(event, default=str)) + "\n")
         self._handle.flush()
 
     def close(self) -> None:

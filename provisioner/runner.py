@@ -71,12 +71,16 @@ def strategy_environment() -> dict[str, str]:
 
 def ansible_environment() -> dict[str, str]:
     """Environment for ansible-playbook: the project's config and roles, the venv's binaries
-    first, the run's strategy."""
+    first, the run's strategy, and host keys checked.
+
+    ansible-runner turns host key checking off unless the environment names it; provision keeps
+    it on (as ansible.cfg says) unless the operator's own environment turns it off."""
     bin_dir = str(Path(sys.executable).parent)
     return {
         "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles"),
         "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING") or "True",
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         **strategy_environment(),
     }
@@ -218,6 +222,9 @@ def _run_locked(request: RunRequest, console: Console) -> RunOutcome:
                 cmdline=_cmdline(request) or None,
                 extravars=request.extravars or None,
                 envvars=ansible_environment(),
+                # ansible.cfg's in-memory fact cache: runner's default (a JSON file per host,
+                # stat'ed on every read) costs the controller time on every task.
+                fact_cache_type="memory",
                 event_handler=on_event,
                 cancel_callback=lambda: interrupt.requested,
                 quiet=True,

@@ -19,6 +19,7 @@ from provisioner.records import read_summary
 from provisioner.runner import RunRequest, run_playbook
 
 PROBE = Path(__file__).resolve().parent.parent / "playbooks" / "probe.yml"
+SETTINGS = PROBE.with_name("settings.yml")
 SECRET = "hunter2-Very-Secret-Token"
 # The site playbook on this machine itself: only the preflight phase, never the driver phases.
 PREFLIGHT = ["--tags", "preflight"]
@@ -86,6 +87,24 @@ def test_run_record_has_events_artifacts_summary_and_no_secret(tmp_path: Path):
     leaked = [p for p in record.rglob("*") if p.is_file() and SECRET in p.read_text(errors="ignore")]
     assert leaked == []
     assert "token is ********" in (record / "events.jsonl").read_text()
+
+
+def test_runs_check_host_keys_and_keep_facts_in_memory(tmp_path: Path, monkeypatch):
+    """ansible-runner would turn host key checking off and cache facts in files; provision's
+    runs keep ansible.cfg's settings (an operator's own ANSIBLE_HOST_KEY_CHECKING still wins)."""
+    inventory = load_inventory(str(write_local_inventory(tmp_path / "inv")))
+
+    def settings() -> dict:
+        outcome = run_playbook(RunRequest(command="apply", playbook=str(SETTINGS), inventory=inventory,
+                                          runs_dir=tmp_path / "runs"))
+        assert outcome.exit_code == 0
+        events = [json.loads(line) for line in (outcome.record / "events.jsonl").read_text().splitlines()]
+        return next(e["event_data"]["res"]["msg"] for e in events if e["event"] == "runner_on_ok")
+
+    monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
+    assert settings() == {"host_key_checking": True, "fact_cache": "memory"}
+    monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
+    assert settings()["host_key_checking"] is False
 
 
 def test_second_run_reports_no_change(tmp_path: Path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -301,3 +302,16 @@ def test_certify_rejects_unknown_nodes_and_profiles_before_any_host(example_inve
     assert main(["certify", "--inventory", str(example_inventory)]) == 2
     err = capsys.readouterr().err
     assert "certification_profile" in err and "unknown profile 'fast'" in err
+
+
+def test_event_log_scrubs_secrets_with_quotes_and_non_ascii_characters(tmp_path: Path):
+    from provisioner.records import EventLog
+    from provisioner.redact import Redactor
+
+    secrets = ['pa"ss\\wörd-1', "plain-secret"]
+    log = EventLog(tmp_path / "events.jsonl", Redactor(secrets))
+    log.write({"event": "runner_on_ok", "event_data": {"res": {"msg": f"a {secrets[0]} b", "plain-secret": [1]}}})
+    log.close()
+    written = (tmp_path / "events.jsonl").read_text()
+    assert json.loads(written) == {"event": "runner_on_ok", "event_data": {"res": {"msg": "a ******** b",
+                                                                                   "********": [1]}}}
