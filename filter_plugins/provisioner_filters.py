@@ -39,6 +39,10 @@ def fleet_facts(hostvars: Any, gpu_hosts: list[str], play_hosts: list[str]) -> d
     return fleet.fleet_facts(hostvars, gpu_hosts, play_hosts)
 
 
+def version_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    return fleet.version_changes(before or {}, after or {})
+
+
 def fleet_table(rows: list[dict[str, str]]) -> str:
     return fleet.table(rows)
 
@@ -179,6 +183,7 @@ class FilterModule:
             "parse_nvidia_smi_query": parse_nvidia_smi_query,
             "fleet_differences": fleet_differences,
             "fleet_table": fleet_table,
+            "version_changes": version_changes,
             "node_versions": node_versions,
             "fleet_facts": fleet_facts,
             "ib_port_problems": ib_port_problems,

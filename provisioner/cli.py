@@ -73,6 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
     replace.add_argument("--steps", type=int, default=200, help="smoke-training steps (default 200)")
     replace.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
 
+    upgrade = commands.add_parser("upgrade", help="roll new pins (driver, firmware, RDMA stack) across the GPU "
+                                  "nodes in batches: drain, install, reboot, certify, resume")
+    upgrade.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+    upgrade.add_argument("--batch", default="1", help="nodes per batch: a number or a share (10%%); default 1")
+    upgrade.add_argument("--max-unavailable", type=int, default=1,
+                         help="most GPU nodes out of service at once, those already out included (default 1)")
+    upgrade.add_argument("--reason", default="rolling upgrade", help="why (shown in Slurm while a node is drained)")
+    upgrade.add_argument("--nodes", help="comma-separated GPU nodes (default: all)")
+    upgrade.add_argument("--allow-firmware-update", action="store_true",
+                         help="burn the pinned HCA firmware (otherwise a firmware difference stops the batch)")
+    upgrade.add_argument("--steps", type=int, default=200, help="smoke-training steps of each certification")
+    upgrade.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+
     drain = commands.add_parser("drain", help="drain a GPU node in Slurm")
     drain.add_argument("node")
     drain.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
@@ -277,6 +290,19 @@ def cmd_replace_node(args: argparse.Namespace) -> int:
         argv=["provision", *sys.argv[1:]]), console)
 
 
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from provisioner.upgrade import UpgradeRequest, upgrade
+
+    if args.steps < 1:
+        raise InputError([InputProblem("command line", "--steps", "must be at least 1")])
+    nodes = [node.strip() for node in args.nodes.split(",") if node.strip()] if args.nodes else None
+    return upgrade(UpgradeRequest(
+        inventory=_load(args.inventory), runs_dir=runs_dir(args.runs_dir), batch=args.batch,
+        max_unavailable=args.max_unavailable, reason=args.reason, nodes=nodes,
+        allow_firmware_update=args.allow_firmware_update, steps=args.steps,
+        argv=["provision", *sys.argv[1:]]), console)
+
+
 def cmd_drain_resume(args: argparse.Namespace) -> int:
     from provisioner.ledger import node_history
     from provisioner.replace import check_node
@@ -341,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"inventory": cmd_validate, "apply": cmd_run, "check": cmd_run, "inspect": cmd_inspect,
                 "certify": cmd_certify, "plan": cmd_plan, "lab": cmd_lab,
-                "replace-node": cmd_replace_node, "drain": cmd_drain_resume, "resume": cmd_drain_resume}
+                "replace-node": cmd_replace_node, "upgrade": cmd_upgrade, "drain": cmd_drain_resume,
+                "resume": cmd_drain_resume}
     try:
         return handlers[args.command](args)
     except InputError as error:

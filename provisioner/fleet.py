@@ -157,3 +157,22 @@ def fleet_facts(hostvars: dict[str, Any], gpu_hosts: list[str], play_hosts: list
             if isinstance(recorded, dict):
                 facts[host] = recorded
     return facts
+
+
+def version_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What an upgrade changed on one node, from its versions before and after (node_versions):
+    each package, the OFED/DOCA release and the HCA firmware per PSID, as "name old -> new".
+    The loaded driver is left out: after a driver upgrade it is unknown until the reboot."""
+    changes = []
+    old_packages, new_packages = before.get("packages") or {}, after.get("packages") or {}
+    for name in sorted(set(old_packages) | set(new_packages)):
+        if old_packages.get(name) != new_packages.get(name):
+            changes.append(f"{name} {old_packages.get(name) or 'none'} -> {new_packages.get(name) or 'none'}")
+    if before.get("ofed") != after.get("ofed"):
+        changes.append(f"{_label('ofed')} {_as_text(before.get('ofed'))} -> {_as_text(after.get('ofed'))}")
+    old_firmware, new_firmware = before.get("hca_firmware") or {}, after.get("hca_firmware") or {}
+    for psid in sorted(set(old_firmware) | set(new_firmware)):
+        if old_firmware.get(psid) != new_firmware.get(psid):
+            changes.append(f"{_label('hca_firmware:' + psid)} {_as_text(old_firmware.get(psid))} -> "
+                           f"{_as_text(new_firmware.get(psid))}")
+    return changes

@@ -50,6 +50,10 @@ class GpuNodeVars(BaseModel):
     gpu_count: int = Field(strict=True, ge=1, le=64)
     gpu_model: str = Field(min_length=1)
     ib_hca_count: int = Field(default=0, strict=True, ge=0, le=64)
+    # provision upgrade: how long a node may take to come back from its reboot, and the command
+    # whose output changes with every boot (the kernel's boot id on a machine).
+    upgrade_reboot_timeout_s: int = Field(default=1800, strict=True, ge=60)
+    upgrade_boot_time_command: str = Field(default="cat /proc/sys/kernel/random/boot_id", min_length=1)
 
 
 class Partition(BaseModel):

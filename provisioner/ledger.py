@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-CHANGING_COMMANDS = ("apply", "replace-node")
+CHANGING_COMMANDS = ("apply", "replace-node", "upgrade-node", "upgrade-build")
 
 
 @dataclass(frozen=True)

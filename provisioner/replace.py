@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 
@@ -82,10 +82,20 @@ def check_node(inventory: Inventory, node: str) -> None:
                                        "replacement's address under gpu_nodes first)")])
 
 
-def _playbook(request: ReplaceRequest, console: Console, command: str, playbook: str,
-              extravars: dict[str, Any]) -> Path:
+class StepContext(Protocol):
+    """What a step's playbook runs need of a command's request (replace-node's, upgrade's)."""
+
+    inventory: Inventory
+    runs_dir: Path
+    argv: list[str]
+
+
+def step_playbook(request: StepContext, console: Console, command: str, playbook: str,
+                  extravars: dict[str, Any], limit: str | None = None) -> Path:
+    """Run one step's playbook; its run record, or StepFailed naming each failed host's first failure."""
     outcome = run_playbook(RunRequest(command=command, playbook=playbook, inventory=request.inventory,
-                                      runs_dir=request.runs_dir, extravars=extravars, argv=request.argv), console)
+                                      runs_dir=request.runs_dir, extravars=extravars, argv=request.argv,
+                                      limit=limit), console)
     if outcome.exit_code != EXIT_OK:
         failures = [f"{host}: {_first_line(reason)}" for host, result in outcome.summary.get("hosts", {}).items()
                     for reason in (result.get("failures") or [])[:1]]
@@ -101,17 +111,17 @@ def _first_line(failure: Any) -> str:
     return str(failure).strip().splitlines()[0] if str(failure).strip() else "failed"
 
 
-def _handed(request: ReplaceRequest, console: Console, command: str, playbook: str, key: str,
-            extravars: dict[str, Any]) -> tuple[dict[str, Any], Path]:
+def handed_playbook(request: StepContext, console: Console, command: str, playbook: str, key: str,
+                    extravars: dict[str, Any]) -> tuple[dict[str, Any], Path]:
     """Run a playbook that writes a JSON file for the CLI (its path in `key`); return the file's content."""
     with tempfile.TemporaryDirectory(prefix="provision-replace-") as scratch:
         output = Path(scratch) / "out.json"
-        record = _playbook(request, console, command, playbook, {**extravars, key: str(output)})
+        record = step_playbook(request, console, command, playbook, {**extravars, key: str(output)})
         return json.loads(output.read_text()), record
 
 
 def drain(request: ReplaceRequest, console: Console, reason: str, wait: bool) -> Path:
-    return _playbook(request, console, "drain", "drain.yml", {
+    return step_playbook(request, console, "drain", "drain.yml", {
         "_drain": [{"node": request.node, "reason": reason[:REASON_LIMIT]}], "_drain_force": request.force,
         "_drain_wait_s": request.drain_wait_s if wait else 0})
 
@@ -123,7 +133,8 @@ def _partner(request: ReplaceRequest, console: Console, step: StepRecord) -> str
         raise StepFailed("no other GPU node to test against")
     deadline = time.monotonic() + request.partner_wait_s
     while True:
-        handed, _ = _handed(request, console, "replace-node-states", "slurm_states.yml", "_states_output", {})
+        handed, _ = handed_playbook(request, console, "replace-node-states", "slurm_states.yml",
+                                    "_states_output", {})
         busy = {line.split(":", 1)[0] for line in busy_nodes(handed["sinfo"], others, "", "")}
         idle = [n for n in others if n not in busy]
         if idle:
@@ -140,10 +151,10 @@ def _certify(request: ReplaceRequest, console: Console, step: StepRecord) -> Non
     reservation = _reservation(request)
     nodes = [request.node, partner]
     step.evidence.update({"partner": partner, "reservation": reservation})
-    _playbook(request, console, "replace-node-reserve", "reservation.yml", {
+    step_playbook(request, console, "replace-node-reserve", "reservation.yml", {
         "_reservation_name": reservation, "_reservation_action": "create", "_reservation_nodes": nodes})
     # Inside the maintenance reservation the resumed node takes only provisioning's jobs.
-    _playbook(request, console, "replace-node-resume", "resume.yml", {"_resume": [request.node]})
+    step_playbook(request, console, "replace-node-resume", "resume.yml", {"_resume": [request.node]})
     code, record, document = run_certification(CertifyRequest(
         inventory=request.inventory, runs_dir=request.runs_dir, nodes=nodes, steps=request.steps,
         reservation=reservation, argv=request.argv), console)
@@ -160,7 +171,7 @@ def _certify(request: ReplaceRequest, console: Console, step: StepRecord) -> Non
 
 def _release(request: ReplaceRequest, console: Console) -> Path:
     """Delete the maintenance reservation (if any): a resumed node is then open to every user."""
-    return _playbook(request, console, "replace-node-release", "reservation.yml", {
+    return step_playbook(request, console, "replace-node-release", "reservation.yml", {
         "_reservation_name": _reservation(request), "_reservation_action": "delete"})
 
 
@@ -170,7 +181,8 @@ def _reservation(request: ReplaceRequest) -> str:
 
 def _slurm_node_states(request: ReplaceRequest, console: Console) -> tuple[dict[str, set[str]], Path]:
     """Every node's Slurm states, read on the controller, and the run record of that read."""
-    handed, record = _handed(request, console, "replace-node-states", "slurm_states.yml", "_states_output", {})
+    handed, record = handed_playbook(request, console, "replace-node-states", "slurm_states.yml",
+                                     "_states_output", {})
     return node_states(handed["sinfo"]), record
 
 
@@ -184,7 +196,8 @@ def _resume(request: ReplaceRequest, console: Console, step: StepRecord) -> None
 
 
 def _verify_versions(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
-    handed, record = _handed(request, console, "replace-node-versions", "fleet_versions.yml", "_fleet_output", {})
+    handed, record = handed_playbook(request, console, "replace-node-versions", "fleet_versions.yml",
+                                     "_fleet_output", {})
     step.run_record = str(record)
     differences = handed["differences"]
     step.evidence.update({"nodes_compared": handed["nodes"], "differences": differences})
@@ -204,7 +217,7 @@ def _build(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
     if request.allow_firmware_update:
         extravars["firmware_update_allowed"] = True
     try:
-        step.run_record = str(_playbook(request, console, "replace-node", "replace_node.yml", extravars))
+        step.run_record = str(step_playbook(request, console, "replace-node", "replace_node.yml", extravars))
     except StepFailed as failure:
         if "differs from the fleet" not in str(failure):
             raise

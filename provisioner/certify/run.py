@@ -32,6 +32,9 @@ class CertifyRequest:
     parts: tuple[str, ...] = PARTS
     inject_grad_fault: int | None = None
     argv: list[str] | None = None
+    # Nodes whose versions may differ from the pins (a rolling upgrade's partner, not yet
+    # upgraded): the version check still holds every other node to the pins and to each other.
+    version_exempt: tuple[str, ...] = ()
 
 
 def _problem(inventory: Inventory, key: str, message: str) -> InputError:
@@ -134,7 +137,8 @@ def run_certification(request: CertifyRequest, console: Console) -> tuple[int, P
         outcome = run_playbook(RunRequest(
             command="certify", playbook="certify.yml", inventory=inventory, runs_dir=request.runs_dir,
             extravars={"_certify_nodes": nodes, "_certify_jobs": jobs.as_dicts(planned),
-                       "_certify_output": str(output), "_certify_reservation": request.reservation or ""},
+                       "_certify_output": str(output), "_certify_reservation": request.reservation or "",
+                       "_certify_version_exempt": list(request.version_exempt)},
             argv=request.argv or []), console)
         handed = criteria.json_file(output)
     if handed is None:

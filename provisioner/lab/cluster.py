@@ -8,6 +8,7 @@ the lab only ever touches objects with that label.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -38,8 +39,11 @@ REPO = "repo"
 REPO_PORT = 8080
 LAB_HCAS = 2
 LAB_USER = "provision"
-GPU_MAJOR = 195
-NVIDIACTL_MINOR = 255
+# Addresses on the lab network: the repository, the controller and GPU node N at fixed offsets
+# (a restarted container, like a rebooted machine, keeps its address); replacement machines
+# from REPLACEMENT_OFFSET up.
+REPO_OFFSET, CONTROLLER_OFFSET, REPLACEMENT_OFFSET = 2, 3, 100
+FIXED_SUBNET_LABEL = f"{LABEL}.subnet"
 
 
 def lab_dir() -> Path:
@@ -150,6 +154,7 @@ def _start_repo(image_id: str, log: Callable[[str], None]) -> None:
         docker("rm", "--force", name)
     log("starting the lab package repository")
     docker("run", "--detach", "--name", name, "--hostname", REPO, "--network", NETWORK, "--network-alias", REPO,
+           "--ip", _fixed_address(node_offset(REPO)), "--restart", "unless-stopped",
            "--label", f"{LABEL}=node", "--label", f"{LABEL}.role=repo", "--label", f"{LABEL}.dir={lab_dir()}",
            "--label", f"{LABEL}.instance={lab_instance()}", "--volume", f"{apt_repo_dir()}:/srv/repo:ro", NODE_IMAGE,
            "python3", "-m", "http.server", str(REPO_PORT), "--directory", "/srv/repo")
@@ -166,10 +171,65 @@ def _prepare_node_files(node: str, number: int, gpus: int, reset_state: bool) ->
         hw_state.write_state(hw, hw_state.default_node_state(number, gpus, LAB_HCAS if gpus else 0))
 
 
-def _create_container(node: str, role: str, gpus: int, name: str | None = None) -> None:
+def _subnet() -> ipaddress.IPv4Network:
+    details = json.loads(docker("network", "inspect", NETWORK).stdout)[0]
+    return ipaddress.ip_network(details["IPAM"]["Config"][0]["Subnet"])
+
+
+def _ensure_network(log: Callable[[str], None]) -> None:
+    """The lab network, with a subnet of its own so that every machine keeps its address across
+    restarts (Docker hands a restarted container any free address unless it was given one).
+    The subnet is one Docker picks as free on this machine (a probe network's)."""
+    networks = _labelled("network")
+    if NETWORK in networks:
+        labels = json.loads(docker("network", "inspect", NETWORK).stdout)[0].get("Labels") or {}
+        if labels.get(FIXED_SUBNET_LABEL) == "fixed":
+            return
+        log("replacing the lab network (made without fixed addresses) and its machines")
+        for container in _labelled("container"):
+            docker("rm", "--force", container)
+        docker("network", "rm", NETWORK)
+    probe = f"{NETWORK}-probe"
+    docker("network", "rm", probe, check=False)
+    docker("network", "create", "--label", f"{LABEL}=probe", probe)
+    subnet = json.loads(docker("network", "inspect", probe).stdout)[0]["IPAM"]["Config"][0]["Subnet"]
+    docker("network", "rm", probe)
+    docker("network", "create", "--label", f"{LABEL}=network", "--label", f"{FIXED_SUBNET_LABEL}=fixed",
+           "--subnet", subnet, NETWORK)
+
+
+def _fixed_address(offset: int) -> str:
+    return str(_subnet().network_address + offset)
+
+
+def node_offset(node: str) -> int:
+    """A lab machine's place on the lab network (see REPO_OFFSET)."""
+    if node == REPO:
+        return REPO_OFFSET
+    if node == CONTROLLER:
+        return CONTROLLER_OFFSET
+    return CONTROLLER_OFFSET + int(node.removeprefix("gpu"))
+
+
+def _free_replacement_address() -> str:
+    """An address no lab machine holds, for a machine that replaces another (a new address, as
+    a new server gets)."""
+    taken = {s.address for s in lab_status() if s.address}
+    subnet = _subnet()
+    for offset in range(REPLACEMENT_OFFSET, subnet.num_addresses - 1):
+        candidate = str(subnet.network_address + offset)
+        if candidate not in taken:
+            return candidate
+    raise EngineError(f"no free address left on {NETWORK}")
+
+
+def _create_container(node: str, role: str, gpus: int, name: str | None = None, address: str | None = None) -> None:
+    """A lab machine: systemd as PID 1, restarted by Docker when it reboots (systemd's reboot
+    ends the container), at a fixed address."""
     docker(
         "run", "--detach", "--name", name or container_name(node), "--hostname", node,
         "--network", NETWORK, "--network-alias", node,
+        "--ip", address or _fixed_address(node_offset(node)), "--restart", "unless-stopped",
         "--label", f"{LABEL}=node", "--label", f"{LABEL}.role={role}", "--label", f"{LABEL}.gpus={gpus}",
         "--label", f"{LABEL}.dir={lab_dir()}", "--label", f"{LABEL}.instance={lab_instance()}",
         "--privileged", "--cgroupns=host", "--volume", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
@@ -191,15 +251,6 @@ def _wait_for_boot(node: str, timeout: float = 120) -> None:
             return
         time.sleep(1)
     raise EngineError(f"lab node {node} did not finish booting within {timeout:.0f} s (systemd says {state!r})")
-
-
-def _create_gpu_devices(node: str, gpus: int) -> None:
-    """Fake GPU device files: character devices with the NVIDIA major number, as the driver makes them."""
-    script = "; ".join(
-        [f"[ -e /dev/nvidia{i} ] || mknod -m 0666 /dev/nvidia{i} c {GPU_MAJOR} {i}" for i in range(gpus)]
-        + [f"[ -e /dev/nvidiactl ] || mknod -m 0666 /dev/nvidiactl c {GPU_MAJOR} {NVIDIACTL_MINOR}"]
-    )
-    docker("exec", container_name(node), "sh", "-c", script)
 
 
 def _wanted_nodes(nodes: int) -> list[tuple[str, str, int]]:
@@ -316,7 +367,11 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
     (directory / "group_vars" / "all.yml").write_text(header + yaml.safe_dump(cluster, sort_keys=False))
     gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": LAB_HCAS,
                 # Containers share the host's kernel: RDMA modules cannot be loaded from a node.
-                "infiniband_kernel_modules_load": False, "gpu_driver_peermem_load": False}
+                "infiniband_kernel_modules_load": False, "gpu_driver_peermem_load": False,
+                # A container shares the host's kernel and its boot id; PID 1's start time (in
+                # clock ticks since the host booted) changes with every restart of the container.
+                "upgrade_boot_time_command": "cut -d' ' -f22 /proc/1/stat",
+                "upgrade_reboot_timeout_s": 300}
     # The simulated HCAs' sysfs view (rendered from the node's hardware state), read by
     # node_exporter's infiniband collector as it reads /sys on a real node.
     gpu_vars["monitoring_node_exporter_sysfs"] = f"{hw_state.NODE_STATE_MOUNT}/{hw_state.SYSFS_DIR_NAME}"
@@ -342,8 +397,7 @@ def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = 
     log(ensure_engine(directory))
     build_node_image(log)
     _ssh_keygen(directory / "ssh" / "id_ed25519", "lab operator key")
-    if NETWORK not in _labelled("network"):
-        docker("network", "create", "--label", f"{LABEL}=network", NETWORK)
+    _ensure_network(log)
     if SHARED_VOLUME not in _labelled("volume"):
         docker("volume", "create", "--label", f"{LABEL}=volume", SHARED_VOLUME)
 
@@ -380,10 +434,9 @@ def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = 
                 docker("exec", container_name(node), "rm", "-rf", *SHARED_CLUSTER_STATE)
         elif not details["State"]["Running"]:
             docker("start", container_name(node))
-    for node, role, _number in wanted:
+    for node, _role, _number in wanted:
+        # The node's GPU device files are made at boot (lab-gpu-devices.service), as a driver makes them.
         _wait_for_boot(node)
-        if role == "gpu":
-            _create_gpu_devices(node, gpus_per_node)
         address = _address(_inspect(container_name(node)) or {})
         if address is None:
             raise EngineError(f"lab node {node} has no address on network {NETWORK}")
@@ -471,13 +524,11 @@ def replace_machine(node: str, log: Callable[[str], None] = print) -> str:
     incoming = container_name(f"{node}-incoming")
     docker("rm", "--force", incoming, check=False)
     log(f"starting a bare {node} beside the old one ({old})")
-    _create_container(node, role, node_gpus, name=incoming)
+    _create_container(node, role, node_gpus, name=incoming, address=_free_replacement_address())
     log(f"destroying the old {node}")
     docker("rm", "--force", container_name(node))
     docker("rename", incoming, container_name(node))
     _wait_for_boot(node)
-    if node_gpus:
-        _create_gpu_devices(node, node_gpus)
     addresses = {s.name: s.address for s in lab_status() if s.role != "repo" and s.address}
     write_lab_inventory(addresses, gpus)
     return addresses[node]

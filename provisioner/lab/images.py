@@ -50,6 +50,43 @@ install -m 0755 /tmp/standins/lab-hw-tool /usr/local/sbin/lab-hw-tool
 for tool in ibstat ibv_devinfo mlxfwmanager mlxup flint mstflint; do
   ln -s lab-hw-tool /usr/local/sbin/$tool
 done
+# The GPU device files a GPU node's driver makes at boot (character devices with NVIDIA's major
+# number, one per GPU of the node's simulated hardware): made again at every boot, since /dev
+# is new with every start of the container.
+cat > /usr/local/sbin/lab-gpu-devices <<'SCRIPT'
+#!/usr/bin/python3
+# Make /dev/nvidia<i> and /dev/nvidiactl for the GPUs of /var/lib/lab-hw/state.json.
+import json
+import os
+import stat
+
+MAJOR, CONTROL_MINOR = 195, 255
+with open("/var/lib/lab-hw/state.json", encoding="utf-8") as handle:
+    gpus = len(json.load(handle).get("gpus", []))
+for name, minor in [(f"nvidia{i}", i) for i in range(gpus)] + ([("nvidiactl", CONTROL_MINOR)] if gpus else []):
+    path = f"/dev/{name}"
+    if not os.path.exists(path):
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(MAJOR, minor))
+        os.chmod(path, 0o666)
+SCRIPT
+chmod 0755 /usr/local/sbin/lab-gpu-devices
+cat > /etc/systemd/system/lab-gpu-devices.service <<'UNIT'
+[Unit]
+Description=Lab: make the GPU device files of the node's simulated GPUs
+DefaultDependencies=no
+ConditionPathExists=/var/lib/lab-hw/state.json
+After=local-fs.target
+Before=sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/lab-gpu-devices
+
+[Install]
+WantedBy=sysinit.target
+UNIT
+systemctl enable lab-gpu-devices.service
 rm -rf /tmp/standins /tmp/node-setup.sh
 apt-get clean
 """

@@ -1,0 +1,392 @@
+"""provision upgrade: roll new pins (driver, HCA firmware, RDMA stack) across the GPU nodes in
+batches, rebooting them, without stopping the cluster.
+
+For each batch: drain the nodes (their jobs run to their end), install the new pins and reboot
+where a node needs it (upgrade_node.yml), build every phase on them (site.yml limited to the
+batch), compare their versions with the pins, certify each with a healthy partner and resume
+it. Never more than --max-unavailable GPU nodes are out of service (drained, down, rebooting or
+not responding) when a batch starts; the batch shrinks to fit. The first batch that fails stops
+the rollout: its nodes stay drained with the failed step as the reason, the nodes after it are
+not touched. A new `provision upgrade` goes on where an interrupted or failed one stopped: the
+nodes it left drained come first, nodes already at the pins and certified since their last
+change are skipped. Each node's steps are recorded in the command's run record, `upgrade.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from provisioner.certify.jobs import busy_nodes, node_states
+from provisioner.certify.run import CertifyRequest, run_certification
+from provisioner.errors import InputError, InputProblem
+from provisioner.fleet import table as fleet_table
+from provisioner.inventory import Inventory
+from provisioner.ledger import node_history
+from provisioner.lock import inventory_lock
+from provisioner.records import new_record_dir, read_summary
+from provisioner.replace import REASON_LIMIT, StepFailed, StepRecord, handed_playbook, step_playbook
+from provisioner.runner import EXIT_FAILED, EXIT_OK
+
+REASON_PREFIX = "upgrade:"
+# sinfo %T states (flags stripped) of a node that is out of service.
+OUT_OF_SERVICE = ("drain", "down", "fail", "reboot", "power", "unknown", "no_respond", "future")
+
+
+@dataclass
+class UpgradeRequest:
+    inventory: Inventory
+    runs_dir: Path
+    batch: str = "1"
+    max_unavailable: int = 1
+    reason: str = "rolling upgrade"
+    nodes: list[str] | None = None
+    allow_firmware_update: bool = False
+    steps: int = 200
+    drain_wait_s: int = 3600
+    partner_wait_s: int = 600
+    argv: list[str] = field(default_factory=list)
+
+
+def batch_size(text: str, node_count: int) -> int:
+    """--batch: a number of nodes ("2") or a share of the GPU nodes ("10%", at least one node)."""
+    value = text.strip()
+    try:
+        if value.endswith("%"):
+            share = float(value[:-1])
+            if not 0 < share <= 100:
+                raise ValueError
+            return max(1, int(node_count * share / 100))
+        number = int(value)
+        if number < 1:
+            raise ValueError
+        return number
+    except ValueError:
+        raise InputError([InputProblem("command line", "--batch", f"{text!r} is neither a number of nodes "
+                                       "(at least 1) nor a share of them (1% to 100%)")]) from None
+
+
+def check_request(request: UpgradeRequest) -> list[str]:
+    """The GPU nodes the upgrade covers; bad options are an InputError naming the option."""
+    gpu_nodes = request.inventory.group("gpu_nodes")
+    problems = []
+    unknown = [node for node in request.nodes or [] if node not in gpu_nodes]
+    if unknown:
+        problems.append(InputProblem("command line", "--nodes", f"not GPU nodes of inventory "
+                                     f"{request.inventory.name}: {', '.join(unknown)}"))
+    if request.max_unavailable < 1:
+        problems.append(InputProblem("command line", "--max-unavailable", "must be at least 1"))
+    if len(gpu_nodes) < 2:
+        problems.append(InputProblem(str(request.inventory.hosts_file), "gpu_nodes", "a rolling upgrade certifies "
+                                     "each node with a partner: the inventory needs two GPU nodes or more"))
+    if not request.reason.strip():
+        problems.append(InputProblem("command line", "--reason", "must not be empty"))
+    if problems:
+        raise InputError(problems)
+    batch_size(request.batch, len(gpu_nodes))
+    return [node for node in gpu_nodes if not request.nodes or node in request.nodes]
+
+
+def parse_reasons(text: str) -> dict[str, str]:
+    """Each node's reason from `sinfo --Node --noheader --format "%N|%E"` ("none" becomes "")."""
+    reasons: dict[str, str] = {}
+    for line in text.splitlines():
+        node, _, reason = line.partition("|")
+        if node.strip():
+            reason = reason.strip()
+            reasons[node.strip()] = "" if reason == "none" else reason
+    return reasons
+
+
+def out_of_service(states: dict[str, set[str]], nodes: list[str]) -> list[str]:
+    """The nodes Slurm does not schedule on: drained or draining, down, failing, rebooting,
+    powered off, not responding (a trailing "*") or unknown to it."""
+    out = []
+    for node in nodes:
+        seen = states.get(node)
+        if not seen or any(state.endswith("*") or state.rstrip("*~#!%$@^-+").startswith(OUT_OF_SERVICE)
+                           for state in seen):
+            out.append(node)
+    return out
+
+
+@dataclass
+class Plan:
+    todo: list[str]
+    skipped: dict[str, str]
+
+
+def plan_nodes(nodes: list[str], states: dict[str, set[str]], reasons: dict[str, str],
+               differing: set[str], certified_since_change: Callable[[str], bool]) -> Plan:
+    """Which nodes to upgrade, in order: those an earlier upgrade left drained first, then the
+    rest in inventory order; skipped: nodes out of service for another reason (left alone),
+    and nodes already at the pins and certified since their last change."""
+    ours = [node for node in nodes if reasons.get(node, "").startswith(REASON_PREFIX)]
+    out = set(out_of_service(states, nodes))
+    todo, skipped = list(ours), {}
+    for node in nodes:
+        if node in ours:
+            continue
+        if node in out:
+            state = ", ".join(sorted(states.get(node, set()))) or "unknown to Slurm"
+            skipped[node] = f"out of service ({state}{'; ' + reasons[node] if reasons.get(node) else ''}): left alone"
+        elif node not in differing and certified_since_change(node):
+            skipped[node] = "already at the pins, certified since its last change"
+        else:
+            todo.append(node)
+    return Plan(todo, skipped)
+
+
+def next_batch(todo: list[str], out_now: list[str], size: int, max_unavailable: int) -> list[str]:
+    """The next batch: the nodes still to do that are already out (an interrupted batch's), then
+    fresh ones up to the batch size while the nodes out of service stay within max_unavailable."""
+    resumed = [node for node in todo if node in out_now]
+    room = max_unavailable - len(out_now)
+    fresh = [node for node in todo if node not in out_now][:max(0, min(size - len(resumed), room))]
+    return resumed + fresh
+
+
+class _Rollout:
+    """One `provision upgrade`: the record, the steps, the cluster reads."""
+
+    def __init__(self, request: UpgradeRequest, console: Console, record: Path, nodes: list[str]):
+        self.request, self.console, self.record = request, console, record
+        self.nodes = nodes
+        self.steps: dict[str, list[StepRecord]] = {}
+        self.document: dict[str, Any] = {
+            "command": "upgrade", "argv": request.argv, "inventory": request.inventory.name,
+            "reason": request.reason, "batch": request.batch, "max_unavailable": request.max_unavailable,
+            "started": datetime.now(UTC).isoformat(timespec="seconds"), "batches": [], "skipped": {},
+            "nodes": {}}
+
+    def save(self) -> None:
+        nodes = {node: {**self.document["nodes"].get(node, {}), "steps": [asdict(s) for s in steps]}
+                 for node, steps in self.steps.items()}
+        (self.record / "upgrade.json").write_text(json.dumps({**self.document, "nodes": nodes}, indent=2) + "\n")
+
+    def cluster(self) -> tuple[dict[str, set[str]], dict[str, str]]:
+        handed, _ = handed_playbook(self.request, self.console, "upgrade-states", "slurm_states.yml",
+                                    "_states_output", {})
+        return node_states(handed["sinfo"]), parse_reasons(handed.get("reasons", ""))
+
+    def differences(self) -> tuple[list[dict[str, str]], list[str], Path]:
+        handed, record = handed_playbook(self.request, self.console, "upgrade-versions", "fleet_versions.yml",
+                                         "_fleet_output", {})
+        return handed["differences"], handed["nodes"], record
+
+    def step(self, nodes: list[str], name: str, action: Callable[[StepRecord], None]) -> None:
+        """Run one step for these nodes (one record each, the same outcome); StepFailed goes on up."""
+        current = StepRecord(name, datetime.now(UTC).isoformat(timespec="seconds"))
+        for node in nodes:
+            self.steps.setdefault(node, []).append(current)
+        self.save()
+        self.console.rule(f"upgrade {', '.join(nodes)}: {name}")
+        clock = time.monotonic()
+        try:
+            action(current)
+            current.ok = True
+        except StepFailed as error:
+            current.detail = str(error)
+            raise
+        finally:
+            current.duration_s = round(time.monotonic() - clock, 1)
+            self.save()
+
+    # The steps.
+
+    def drain(self, nodes: list[str], reason: str, wait: bool) -> Path:
+        return step_playbook(self.request, self.console, "upgrade-drain", "drain.yml", {
+            "_drain": [{"node": node, "reason": reason[:REASON_LIMIT]} for node in nodes], "_drain_force": False,
+            "_drain_wait_s": self.request.drain_wait_s if wait else 0})
+
+    def install_and_reboot(self, nodes: list[str], step: StepRecord) -> None:
+        extravars: dict[str, Any] = {}
+        if self.request.allow_firmware_update:
+            extravars["firmware_update_allowed"] = True
+        record = step_playbook(self.request, self.console, "upgrade-node", "upgrade_node.yml", extravars,
+                               limit=",".join(nodes))
+        step.run_record = str(record)
+        done = (read_summary(record).get("recorded") or {}).get("provision_upgrade") or {}
+        step.evidence["nodes"] = {node: done.get(node, {}) for node in nodes}
+        for node in nodes:
+            self.document["nodes"].setdefault(node, {})["changes"] = done.get(node, {}).get("changes", [])
+            self.document["nodes"][node]["rebooted_for"] = done.get(node, {}).get("reboot", [])
+
+    def build(self, nodes: list[str], step: StepRecord) -> None:
+        step.run_record = str(step_playbook(self.request, self.console, "upgrade-build", "site.yml",
+                                            {"slurm_nodes_held_drained": nodes}, limit=",".join(nodes)))
+
+    def verify_versions(self, nodes: list[str], step: StepRecord) -> None:
+        differences, compared, record = self.differences()
+        step.run_record = str(record)
+        own = [row for row in differences if row["host"] in nodes]
+        step.evidence.update({"nodes_compared": compared,
+                              "not_yet_upgraded": sorted({row["host"] for row in differences} - set(nodes)),
+                              "differences": own})
+        missing = [node for node in nodes if node not in compared]
+        if missing:
+            raise StepFailed(f"versions could not be read on {', '.join(missing)}")
+        if own:
+            self.console.print(fleet_table(own), highlight=False)
+            raise StepFailed("differs from the pins: " + "; ".join(
+                f"{row['host']} {row['component']} {row['found']} (expected {row['expected']})" for row in own))
+
+    def partner(self, node: str, batch: list[str], step: StepRecord) -> tuple[str, bool]:
+        """An idle node outside the batch, one already at the pins when there is one; and
+        whether its versions are exempt from the certification's check (not yet upgraded)."""
+        others = [n for n in self.request.inventory.group("gpu_nodes") if n not in batch]
+        deadline = time.monotonic() + self.request.partner_wait_s
+        while True:
+            handed, _ = handed_playbook(self.request, self.console, "upgrade-states", "slurm_states.yml",
+                                        "_states_output", {})
+            busy = {line.split(":", 1)[0] for line in busy_nodes(handed["sinfo"], others, "", "")}
+            idle = [n for n in others if n not in busy]
+            if idle:
+                differing = {row["host"] for row in self.differences()[0]}
+                upgraded = [n for n in idle if n not in differing]
+                chosen = (upgraded or idle)[0]
+                step.evidence.update({"partner": chosen, "partner_states": handed["sinfo"],
+                                      "partner_not_yet_upgraded": chosen in differing})
+                return chosen, chosen in differing
+            if time.monotonic() > deadline:
+                raise StepFailed(f"no idle healthy node to pair {node} with within {self.request.partner_wait_s} s "
+                                 f"({', '.join(sorted(busy))} busy)")
+            time.sleep(15)
+
+    def certify(self, node: str, batch: list[str], step: StepRecord) -> None:
+        partner, exempt = self.partner(node, batch, step)
+        reservation = reservation_name(node)
+        step.evidence["reservation"] = reservation
+        step_playbook(self.request, self.console, "upgrade-reserve", "reservation.yml", {
+            "_reservation_name": reservation, "_reservation_action": "create", "_reservation_nodes": [node, partner]})
+        # Inside the maintenance reservation the resumed node takes only provisioning's jobs.
+        step_playbook(self.request, self.console, "upgrade-resume", "resume.yml", {"_resume": [node]})
+        code, record, document = run_certification(CertifyRequest(
+            inventory=self.request.inventory, runs_dir=self.request.runs_dir, nodes=[node, partner],
+            steps=self.request.steps, reservation=reservation, argv=self.request.argv,
+            version_exempt=(partner,) if exempt else ()), self.console)
+        step.run_record = str(record) if record else None
+        if document is None:
+            raise StepFailed("certification did not run (see its run record)")
+        verdict = document["node_verdicts"].get(node, {})
+        step.evidence["certification"] = {"certified": document["certified"],
+                                          "node_verdicts": document["node_verdicts"]}
+        if code != EXIT_OK or not verdict.get("certified"):
+            failed = verdict.get("failed_checks") or [c["name"] for c in document["checks"] if not c["passed"]]
+            raise StepFailed(", ".join(failed) or "not certified")
+
+    def release(self, node: str) -> Path:
+        return step_playbook(self.request, self.console, "upgrade-release", "reservation.yml", {
+            "_reservation_name": reservation_name(node), "_reservation_action": "delete"})
+
+    def resume(self, node: str, step: StepRecord) -> None:
+        step.run_record = str(self.release(node))
+        states = sorted(self.cluster()[0].get(node, set()))
+        step.evidence["states"] = states
+        held = [state for state in states if any(word in state for word in ("drain", "down", "fail", "maint", "resv"))]
+        if not states or held:
+            raise StepFailed(f"not in service after the resume: {', '.join(states) or 'unknown to Slurm'}")
+
+    def run_batch(self, batch: list[str]) -> None:
+        hold = f"{REASON_PREFIX} {self.request.reason}"
+        self.step(batch, "drain", lambda s: setattr(s, "run_record", str(self.drain(batch, hold, wait=True))))
+        self.step(batch, "install and reboot", lambda s: self.install_and_reboot(batch, s))
+        self.step(batch, "build", lambda s: self.build(batch, s))
+        self.step(batch, "verify versions", lambda s: self.verify_versions(batch, s))
+        for node in batch:
+            self.step([node], "certify", lambda s, node=node: self.certify(node, batch, s))
+            self.step([node], "resume", lambda s, node=node: self.resume(node, s))
+            self.document["nodes"].setdefault(node, {})["result"] = "upgraded"
+
+    def fail_batch(self, batch: list[str]) -> str:
+        """Leave the batch's nodes not yet resumed drained, the failed step as the reason."""
+        left = [node for node in batch if self.document["nodes"].get(node, {}).get("result") != "upgraded"]
+        failed = next(s for s in reversed(self.steps[left[0]]) if not s.ok) if left else None
+        reason = " ".join(f"{REASON_PREFIX} {failed.name}: {failed.detail}".split()) if failed else REASON_PREFIX
+        try:
+            self.drain(left, reason, wait=False)
+            for node in left:
+                self.release(node)
+        except StepFailed as error:
+            if failed:
+                failed.detail += f" (and draining again failed: {error})"
+        for node in left:
+            self.document["nodes"].setdefault(node, {}).update(
+                {"result": "failed", "drain_reason": reason[:REASON_LIMIT]})
+        return reason[:REASON_LIMIT]
+
+
+def reservation_name(node: str) -> str:
+    return f"provision-upgrade-{node}"
+
+
+def upgrade(request: UpgradeRequest, console: Console) -> int:
+    """Roll the inventory's pins across its GPU nodes; 0 when every node is upgraded (or already
+    was), 1 when a batch failed or no batch fits within --max-unavailable."""
+    nodes = check_request(request)
+    size = batch_size(request.batch, len(request.inventory.group("gpu_nodes")))
+    with inventory_lock(request.inventory.directory, "upgrade", covers_nested=True):
+        record = new_record_dir(request.runs_dir, "upgrade-steps")
+        rollout = _Rollout(request, console, record, nodes)
+        try:
+            states, reasons = rollout.cluster()
+            differences, _compared, _ = rollout.differences()
+        except StepFailed as error:
+            rollout.document.update({"result": "failed", "detail": f"reading the cluster: {error}"})
+            rollout.save()
+            console.print(f"[red]upgrade: the cluster could not be read[/]: {error}", highlight=False)
+            return EXIT_FAILED
+        differing = {row["host"] for row in differences}
+        plan = plan_nodes(nodes, states, reasons, differing,
+                          lambda node: node_history(request.runs_dir, node).certified_since_change)
+        rollout.document["skipped"] = plan.skipped
+        rollout.document["planned"] = plan.todo
+        for node, why in plan.skipped.items():
+            console.print(f"{node}: {why}", highlight=False)
+        todo = list(plan.todo)
+        while todo:
+            out_now = out_of_service(states, request.inventory.group("gpu_nodes"))
+            batch = next_batch(todo, out_now, size, request.max_unavailable)
+            if not batch:
+                detail = (f"{len(out_now)} GPU node(s) out of service ({', '.join(out_now)}): --max-unavailable "
+                          f"{request.max_unavailable} leaves no room for another node")
+                rollout.document.update({"result": "stopped", "detail": detail, "remaining": todo})
+                rollout.save()
+                console.print(f"[red]upgrade stopped[/]: {detail}; record: {record}", highlight=False)
+                return EXIT_FAILED
+            rollout.document["batches"].append(batch)
+            try:
+                rollout.run_batch(batch)
+            except StepFailed:
+                reason = rollout.fail_batch(batch)
+                remaining = [node for node in todo if node not in batch]
+                rollout.document.update({"result": "failed", "failed_batch": batch, "remaining": remaining,
+                                         "finished": datetime.now(UTC).isoformat(timespec="seconds")})
+                rollout.save()
+                console.print(f"[red]upgrade failed on {', '.join(batch)}[/] ({reason}); they stay drained, "
+                              f"{', '.join(remaining) or 'no node'} left as they were; record: {record}",
+                              highlight=False)
+                return EXIT_FAILED
+            todo = [node for node in todo if node not in batch]
+            if todo:
+                try:
+                    states = rollout.cluster()[0]
+                except StepFailed as error:
+                    rollout.document.update({"result": "failed", "detail": f"reading the cluster: {error}",
+                                             "remaining": todo})
+                    rollout.save()
+                    console.print(f"[red]upgrade stopped[/]: the cluster could not be read: {error}", highlight=False)
+                    return EXIT_FAILED
+        rollout.document.update({"result": "upgraded", "finished": datetime.now(UTC).isoformat(timespec="seconds")})
+        rollout.save()
+        upgraded = rollout.document["batches"]
+        console.print(f"[green]upgrade done[/]: {sum(len(b) for b in upgraded)} node(s) upgraded in {len(upgraded)} "
+                      f"batch(es), {len(plan.skipped)} skipped; record: {record}", highlight=False)
+        return EXIT_OK
