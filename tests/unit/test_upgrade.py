@@ -43,7 +43,7 @@ def test_plan_puts_an_interrupted_upgrade_first_and_skips_done_and_foreign_drain
 
 
 def test_a_node_at_the_pins_but_not_certified_since_its_change_is_done_again():
-    plan = plan_nodes(NODES, dict.fromkeys(NODES, {"idle"}), {}, differing=set(),
+    plan = plan_nodes(NODES, {node: {"idle"} for node in NODES}, {}, differing=set(),
                       certified_since_change=lambda node: False)
     assert plan.todo == NODES and plan.skipped == {}
 

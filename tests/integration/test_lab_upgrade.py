@@ -1,0 +1,155 @@
+"""provision upgrade on the lab: the driver pin moved while a user's job runs; each GPU node is
+drained, upgraded, rebooted (its container restarts), certified and resumed, one at a time; a
+node whose upgrade fails stops the rollout, and a second run goes on from there.
+
+(Named to run after the other lab modules: it reboots the GPU nodes and ends with the lab at
+its first driver again.)"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provisioner.cli import main
+from provisioner.lab import cluster
+from provisioner.lab.apt_repo import DRIVERS
+from provisioner.lab.state import DEFAULT_DRIVER_VERSION, update_state
+from provisioner.upgrade import out_of_service
+
+from .conftest import node_exec, reset_hardware, wait_for
+
+pytestmark = pytest.mark.lab
+LAB = "lab"
+GPU_NODES = ["gpu01", "gpu02"]
+NEW_DRIVER = next(version for version in DRIVERS if version != DEFAULT_DRIVER_VERSION)
+
+
+def set_driver_pin(version: str) -> None:
+    path = cluster.lab_inventory_dir() / "group_vars" / "all.yml"
+    document = yaml.safe_load(path.read_text())
+    document["gpu_driver_version"] = version
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def boot_mark(node: str) -> str:
+    """PID 1's start time: it changes when the node's container restarts (reboots)."""
+    return node_exec(node, "cut", "-d", " ", "-f22", "/proc/1/stat").stdout.strip()
+
+
+def driver(node: str) -> str:
+    return node_exec(node, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").stdout.split("\n")[0]
+
+
+def slurm(node: str) -> str:
+    return node_exec("ctl01", "sinfo", "--noheader", "--Node", "--nodes", node, "--format", "%T|%E").stdout.strip()
+
+
+def upgrade_record(runs: Path) -> dict:
+    record = sorted(p for p in runs.iterdir() if p.name.endswith("-upgrade-steps"))[-1]
+    return json.loads((record / "upgrade.json").read_text())
+
+
+class Watcher(threading.Thread):
+    """Samples the GPU nodes' Slurm states every two seconds; the most found out of service at once."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.most_out: list[str] = []
+        self.samples = 0
+
+    def run(self) -> None:
+        while not self.stop.wait(2):
+            answer = node_exec("ctl01", "sinfo", "--noheader", "--Node", "--format", "%N %T")
+            if answer.returncode != 0:
+                continue
+            states: dict[str, set[str]] = {}
+            for line in answer.stdout.splitlines():
+                name, state = line.split()
+                states.setdefault(name, set()).add(state)
+            out = out_of_service(states, GPU_NODES)
+            self.samples += 1
+            if len(out) > len(self.most_out):
+                self.most_out = out
+
+
+@pytest.fixture
+def runs(provisioned_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
+    return tmp_path / "runs"
+
+
+def test_bad_options_are_refused_before_touching_anything(runs: Path, capsys):
+    assert main(["upgrade", "--inventory", LAB, "--batch", "0"]) == 2
+    assert "--batch" in capsys.readouterr().err
+    assert main(["upgrade", "--inventory", LAB, "--nodes", "gpu09"]) == 2
+    assert "not GPU nodes of inventory lab: gpu09" in capsys.readouterr().err
+    assert main(["upgrade", "--inventory", LAB, "--max-unavailable", "0"]) == 2
+    assert all(slurm(node).startswith("idle") for node in GPU_NODES)
+
+
+def test_a_new_driver_rolls_one_node_at_a_time_while_a_job_runs(runs: Path):
+    before = {node: boot_mark(node) for node in GPU_NODES}
+    submitted = node_exec("ctl01", "sbatch", "--parsable", "--nodelist=gpu01", "--gres=gpu:1",
+                          "--output=/shared/upgrade-user.out", "--wrap", "sleep 40; echo finished")
+    assert submitted.returncode == 0, submitted.stderr
+    set_driver_pin(NEW_DRIVER)
+    watcher = Watcher()
+    watcher.start()
+    try:
+        code = main(["upgrade", "--inventory", LAB, "--reason", f"driver {NEW_DRIVER}"])
+    finally:
+        watcher.stop.set()
+        watcher.join()
+    document = upgrade_record(runs)
+    assert code == 0, json.dumps(document, indent=1)[-3000:]
+    assert document["result"] == "upgraded" and document["batches"] == [["gpu01"], ["gpu02"]]
+    for node in GPU_NODES:
+        steps = document["nodes"][node]["steps"]
+        assert [s["name"] for s in steps] == ["drain", "install and reboot", "build", "verify versions", "certify",
+                                              "resume"]
+        assert all(s["ok"] for s in steps)
+        assert any(f"nvidia-driver {DEFAULT_DRIVER_VERSION}-1 -> {NEW_DRIVER}-1" == change
+                   for change in document["nodes"][node]["changes"])
+        assert any("version mismatch" in reason for reason in document["nodes"][node]["rebooted_for"])
+        assert boot_mark(node) != before[node], f"{node} was not rebooted"
+        assert driver(node) == NEW_DRIVER
+        assert slurm(node).startswith("idle")
+    # gpu01, upgraded first, was gpu02's partner; gpu02 (not yet upgraded) was gpu01's
+    assert document["nodes"]["gpu02"]["steps"][4]["evidence"]["partner"] == "gpu01"
+    assert document["nodes"]["gpu01"]["steps"][4]["evidence"]["partner_not_yet_upgraded"] is True
+    # The user's job ran to its end before gpu01 was taken.
+    assert node_exec("gpu01", "cat", "/shared/upgrade-user.out").stdout.strip() == "finished"
+    assert watcher.samples > 20 and len(watcher.most_out) <= 1, watcher.most_out
+
+
+def test_a_failed_node_stops_the_rollout_and_a_second_run_goes_on_from_it(runs: Path):
+    set_driver_pin(DEFAULT_DRIVER_VERSION)
+
+    def port_down(state: dict) -> None:
+        state["hcas"][0]["ports"][0].update(state="Down", physical_state="Polling")
+
+    update_state(cluster.node_hw_dir("gpu01"), port_down)
+    try:
+        assert main(["upgrade", "--inventory", LAB, "--reason", "driver back"]) == 1
+        document = upgrade_record(runs)
+        assert document["result"] == "failed" and document["failed_batch"] == ["gpu01"]
+        assert document["remaining"] == ["gpu02"]
+        assert [s["name"] for s in document["nodes"]["gpu01"]["steps"]][-1] == "build"
+        state, reason = slurm("gpu01").split("|", 1)
+        assert state.startswith("drain") and reason.startswith("upgrade: build:"), reason
+        # gpu02 was not touched: in service, on the driver it had
+        assert slurm("gpu02").startswith("idle") and driver("gpu02") == NEW_DRIVER
+        assert "gpu02" not in document["nodes"]
+    finally:
+        reset_hardware()
+    assert main(["upgrade", "--inventory", LAB, "--reason", "driver back"]) == 0
+    document = upgrade_record(runs)
+    assert document["planned"] == ["gpu01", "gpu02"] and document["batches"] == [["gpu01"], ["gpu02"]]
+    for node in GPU_NODES:
+        assert driver(node) == DEFAULT_DRIVER_VERSION
+        wait_for(lambda node=node: slurm(node).startswith("idle"), 60, f"{node} idle")
