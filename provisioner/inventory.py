@@ -54,6 +54,8 @@ class GpuNodeVars(BaseModel):
     # whose output changes with every boot (the kernel's boot id on a machine).
     upgrade_reboot_timeout_s: int = Field(default=1800, strict=True, ge=60)
     upgrade_boot_time_command: str = Field(default="cat /proc/sys/kernel/random/boot_id", min_length=1)
+    # The command that reboots a node ("": the reboot module's own, shutdown -r).
+    upgrade_reboot_command: str = ""
 
 
 class Partition(BaseModel):

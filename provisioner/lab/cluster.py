@@ -371,6 +371,8 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
                 # A container shares the host's kernel and its boot id; PID 1's start time (in
                 # clock ticks since the host booted) changes with every restart of the container.
                 "upgrade_boot_time_command": "cut -d' ' -f22 /proc/1/stat",
+                # shutdown -r asks logind, which lab nodes do not run; systemd itself reboots.
+                "upgrade_reboot_command": "systemctl start --job-mode=replace-irreversibly --no-block reboot.target",
                 "upgrade_reboot_timeout_s": 300}
     # The simulated HCAs' sysfs view (rendered from the node's hardware state), read by
     # node_exporter's infiniband collector as it reads /sys on a real node.
