@@ -94,6 +94,29 @@ def test_uncorrectable_ecc_error_drains_the_node_with_the_reason(healthy_lab):
     assert "HealthCheckProgram=/usr/local/sbin/provision-node-health" in ctl("cat", "/etc/slurm/slurm.conf")
 
 
+def test_the_health_check_keeps_the_reason_of_a_node_someone_else_drained(healthy_lab):
+    """An operator's (or replace-node's, or upgrade's) drain outlives a failed and then a passed
+    check: the check neither replaces the reason nor resumes the node."""
+    ctl("scontrol", "update", "nodename=gpu02", "state=drain", "reason=upgrade: test hold")
+
+    def ecc(count: int):
+        def change(state):
+            state["gpus"][1]["ecc_errors"]["volatile"]["dram_uncorrectable"] = count
+        update_state(cluster.node_hw_dir("gpu02"), change)
+
+    ecc(2)
+    try:
+        assert node_exec("gpu02", "/usr/local/sbin/provision-node-health").returncode == 1
+        assert "gpu02|upgrade: test hold" in ctl("sinfo", "-R", "--noheader", "--format", "%N|%E").splitlines()
+        ecc(0)
+        assert node_exec("gpu02", "/usr/local/sbin/provision-node-health").returncode == 0
+        assert ctl("sinfo", "--noheader", "-n", "gpu02", "-o", "%T|%E").split("\n")[0] == "drained|upgrade: test hold"
+    finally:
+        ecc(0)
+        ctl("scontrol", "update", "nodename=gpu02", "state=resume")
+    wait_for(lambda: ctl("sinfo", "--noheader", "-n", "gpu02", "-o", "%T").split()[0] == "idle", 60, "gpu02 idle")
+
+
 def test_limited_run_keeps_every_node_in_slurm_conf(provisioned_lab, tmp_path: Path):
     assert main(["apply", "--inventory", LAB, "--limit", "gpu01", "--tags", "slurm"]) == 0
     nodes = node_exec("gpu01", "cat", "/etc/slurm/nodes.conf").stdout
