@@ -120,48 +120,52 @@ def handed_playbook(request: StepContext, console: Console, command: str, playbo
         return json.loads(output.read_text()), record
 
 
+def drain_nodes(request: StepContext, console: Console, command: str, nodes: list[str], reason: str,
+                force: bool, wait_s: int) -> Path:
+    """Drain the nodes in Slurm with the reason; wait up to wait_s for their jobs (0: do not wait)."""
+    return step_playbook(request, console, command, "drain.yml", {
+        "_drain": [{"node": node, "reason": reason[:REASON_LIMIT]} for node in nodes], "_drain_force": force,
+        "_drain_wait_s": wait_s})
+
+
 def drain(request: ReplaceRequest, console: Console, reason: str, wait: bool) -> Path:
-    return step_playbook(request, console, "drain", "drain.yml", {
-        "_drain": [{"node": request.node, "reason": reason[:REASON_LIMIT]}], "_drain_force": request.force,
-        "_drain_wait_s": request.drain_wait_s if wait else 0})
+    return drain_nodes(request, console, "drain", [request.node], reason, request.force,
+                       request.drain_wait_s if wait else 0)
 
 
-def _partner(request: ReplaceRequest, console: Console, step: StepRecord) -> str:
-    """An idle GPU node other than the replaced one, waiting for one to become idle."""
-    others = [n for n in request.inventory.group("gpu_nodes") if n != request.node]
-    if not others:
-        raise StepFailed("no other GPU node to test against")
-    deadline = time.monotonic() + request.partner_wait_s
+def wait_for_idle(request: StepContext, console: Console, command: str, node: str, candidates: list[str],
+                  wait_s: int) -> tuple[list[str], str]:
+    """The idle healthy nodes among the candidates to pair `node` with, and the sinfo they were read
+    from, waiting up to wait_s for one."""
+    deadline = time.monotonic() + wait_s
     while True:
-        handed, _ = handed_playbook(request, console, "replace-node-states", "slurm_states.yml",
-                                    "_states_output", {})
-        busy = {line.split(":", 1)[0] for line in busy_nodes(handed["sinfo"], others, "", "")}
-        idle = [n for n in others if n not in busy]
+        handed, _ = handed_playbook(request, console, command, "slurm_states.yml", "_states_output", {})
+        busy = {line.split(":", 1)[0] for line in busy_nodes(handed["sinfo"], candidates, "", "")}
+        idle = [n for n in candidates if n not in busy]
         if idle:
-            step.evidence["partner_states"] = handed["sinfo"]
-            return idle[0]
+            return idle, handed["sinfo"]
         if time.monotonic() > deadline:
-            raise StepFailed(f"no idle healthy node to pair with within {request.partner_wait_s} s "
+            raise StepFailed(f"no idle healthy node to pair {node} with within {wait_s} s "
                              f"({', '.join(sorted(busy))} busy)")
         time.sleep(15)
 
 
-def _certify(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
-    partner = _partner(request, console, step)
-    reservation = _reservation(request)
-    nodes = [request.node, partner]
+def certify_in_reservation(request: StepContext, console: Console, step: StepRecord, command: str, node: str,
+                           partner: str, reservation: str, steps: int, version_exempt: tuple[str, ...] = ()) -> None:
+    """Hold node and partner in a maintenance reservation, resume the node inside it and certify
+    the pair; StepFailed names the node's failed checks."""
     step.evidence.update({"partner": partner, "reservation": reservation})
-    step_playbook(request, console, "replace-node-reserve", "reservation.yml", {
-        "_reservation_name": reservation, "_reservation_action": "create", "_reservation_nodes": nodes})
+    step_playbook(request, console, f"{command}-reserve", "reservation.yml", {
+        "_reservation_name": reservation, "_reservation_action": "create", "_reservation_nodes": [node, partner]})
     # Inside the maintenance reservation the resumed node takes only provisioning's jobs.
-    step_playbook(request, console, "replace-node-resume", "resume.yml", {"_resume": [request.node]})
+    step_playbook(request, console, f"{command}-resume", "resume.yml", {"_resume": [node]})
     code, record, document = run_certification(CertifyRequest(
-        inventory=request.inventory, runs_dir=request.runs_dir, nodes=nodes, steps=request.steps,
-        reservation=reservation, argv=request.argv), console)
+        inventory=request.inventory, runs_dir=request.runs_dir, nodes=[node, partner], steps=steps,
+        reservation=reservation, argv=request.argv, version_exempt=version_exempt), console)
     step.run_record = str(record) if record else None
     if document is None:
         raise StepFailed("certification did not run (see its run record)")
-    verdict = document["node_verdicts"].get(request.node, {})
+    verdict = document["node_verdicts"].get(node, {})
     step.evidence["certification"] = {"certified": document["certified"],
                                       "node_verdicts": document["node_verdicts"]}
     if code != EXIT_OK or not verdict.get("certified"):
@@ -169,10 +173,40 @@ def _certify(request: ReplaceRequest, console: Console, step: StepRecord) -> Non
         raise StepFailed(", ".join(failed) or "not certified")
 
 
-def _release(request: ReplaceRequest, console: Console) -> Path:
+def release_reservation(request: StepContext, console: Console, command: str, reservation: str) -> Path:
     """Delete the maintenance reservation (if any): a resumed node is then open to every user."""
-    return step_playbook(request, console, "replace-node-release", "reservation.yml", {
-        "_reservation_name": _reservation(request), "_reservation_action": "delete"})
+    return step_playbook(request, console, command, "reservation.yml", {
+        "_reservation_name": reservation, "_reservation_action": "delete"})
+
+
+def check_in_service(node: str, states: dict[str, set[str]], step: StepRecord) -> None:
+    """After a resume: the node is known to Slurm and neither drained, down, failing nor reserved."""
+    seen = sorted(states.get(node, set()))
+    step.evidence["states"] = seen
+    held = [state for state in seen if any(word in state for word in ("drain", "down", "fail", "maint", "resv"))]
+    if not seen or held:
+        raise StepFailed(f"not in service after the resume: {', '.join(seen) or 'unknown to Slurm'}")
+
+
+def _partner(request: ReplaceRequest, console: Console, step: StepRecord) -> str:
+    """An idle GPU node other than the replaced one, waiting for one to become idle."""
+    others = [n for n in request.inventory.group("gpu_nodes") if n != request.node]
+    if not others:
+        raise StepFailed("no other GPU node to test against")
+    idle, sinfo = wait_for_idle(request, console, "replace-node-states", request.node, others,
+                                request.partner_wait_s)
+    step.evidence["partner_states"] = sinfo
+    return idle[0]
+
+
+def _certify(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
+    partner = _partner(request, console, step)
+    certify_in_reservation(request, console, step, "replace-node", request.node, partner, _reservation(request),
+                           request.steps)
+
+
+def _release(request: ReplaceRequest, console: Console) -> Path:
+    return release_reservation(request, console, "replace-node-release", _reservation(request))
 
 
 def _reservation(request: ReplaceRequest) -> str:
@@ -188,11 +222,7 @@ def _slurm_node_states(request: ReplaceRequest, console: Console) -> tuple[dict[
 
 def _resume(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
     step.run_record = str(_release(request, console))
-    states = sorted(_slurm_node_states(request, console)[0].get(request.node, set()))
-    step.evidence["states"] = states
-    held = [state for state in states if any(word in state for word in ("drain", "down", "fail", "maint", "resv"))]
-    if not states or held:
-        raise StepFailed(f"not in service after the resume: {', '.join(states) or 'unknown to Slurm'}")
+    check_in_service(request.node, _slurm_node_states(request, console)[0], step)
 
 
 def _verify_versions(request: ReplaceRequest, console: Console, step: StepRecord) -> None:

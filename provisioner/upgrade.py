@@ -24,15 +24,25 @@ from typing import Any
 
 from rich.console import Console
 
-from provisioner.certify.jobs import busy_nodes, node_states
-from provisioner.certify.run import CertifyRequest, run_certification
+from provisioner.certify.jobs import node_states
 from provisioner.errors import InputError, InputProblem
 from provisioner.fleet import table as fleet_table
 from provisioner.inventory import Inventory
 from provisioner.ledger import node_history
 from provisioner.lock import inventory_lock
 from provisioner.records import new_record_dir, read_summary
-from provisioner.replace import REASON_LIMIT, StepFailed, StepRecord, handed_playbook, step_playbook
+from provisioner.replace import (
+    REASON_LIMIT,
+    StepFailed,
+    StepRecord,
+    certify_in_reservation,
+    check_in_service,
+    drain_nodes,
+    handed_playbook,
+    release_reservation,
+    step_playbook,
+    wait_for_idle,
+)
 from provisioner.runner import EXIT_FAILED, EXIT_OK
 
 REASON_PREFIX = "upgrade:"
@@ -202,9 +212,8 @@ class _Rollout:
     # The steps.
 
     def drain(self, nodes: list[str], reason: str, wait: bool) -> Path:
-        return step_playbook(self.request, self.console, "upgrade-drain", "drain.yml", {
-            "_drain": [{"node": node, "reason": reason[:REASON_LIMIT]} for node in nodes], "_drain_force": False,
-            "_drain_wait_s": self.request.drain_wait_s if wait else 0})
+        return drain_nodes(self.request, self.console, "upgrade-drain", nodes, reason, False,
+                           self.request.drain_wait_s if wait else 0)
 
     def install_and_reboot(self, nodes: list[str], step: StepRecord) -> None:
         extravars: dict[str, Any] = {}
@@ -242,57 +251,24 @@ class _Rollout:
         """An idle node outside the batch, one already at the pins when there is one; and
         whether its versions are exempt from the certification's check (not yet upgraded)."""
         others = [n for n in self.request.inventory.group("gpu_nodes") if n not in batch]
-        deadline = time.monotonic() + self.request.partner_wait_s
-        while True:
-            handed, _ = handed_playbook(self.request, self.console, "upgrade-states", "slurm_states.yml",
-                                        "_states_output", {})
-            busy = {line.split(":", 1)[0] for line in busy_nodes(handed["sinfo"], others, "", "")}
-            idle = [n for n in others if n not in busy]
-            if idle:
-                differing = {row["host"] for row in self.differences()[0]}
-                upgraded = [n for n in idle if n not in differing]
-                chosen = (upgraded or idle)[0]
-                step.evidence.update({"partner": chosen, "partner_states": handed["sinfo"],
-                                      "partner_not_yet_upgraded": chosen in differing})
-                return chosen, chosen in differing
-            if time.monotonic() > deadline:
-                raise StepFailed(f"no idle healthy node to pair {node} with within {self.request.partner_wait_s} s "
-                                 f"({', '.join(sorted(busy))} busy)")
-            time.sleep(15)
+        idle, sinfo = wait_for_idle(self.request, self.console, "upgrade-states", node, others,
+                                    self.request.partner_wait_s)
+        differing = {row["host"] for row in self.differences()[0]}
+        chosen = ([n for n in idle if n not in differing] or idle)[0]
+        step.evidence.update({"partner_states": sinfo, "partner_not_yet_upgraded": chosen in differing})
+        return chosen, chosen in differing
 
     def certify(self, node: str, batch: list[str], step: StepRecord) -> None:
         partner, exempt = self.partner(node, batch, step)
-        reservation = reservation_name(node)
-        step.evidence["reservation"] = reservation
-        step_playbook(self.request, self.console, "upgrade-reserve", "reservation.yml", {
-            "_reservation_name": reservation, "_reservation_action": "create", "_reservation_nodes": [node, partner]})
-        # Inside the maintenance reservation the resumed node takes only provisioning's jobs.
-        step_playbook(self.request, self.console, "upgrade-resume", "resume.yml", {"_resume": [node]})
-        code, record, document = run_certification(CertifyRequest(
-            inventory=self.request.inventory, runs_dir=self.request.runs_dir, nodes=[node, partner],
-            steps=self.request.steps, reservation=reservation, argv=self.request.argv,
-            version_exempt=(partner,) if exempt else ()), self.console)
-        step.run_record = str(record) if record else None
-        if document is None:
-            raise StepFailed("certification did not run (see its run record)")
-        verdict = document["node_verdicts"].get(node, {})
-        step.evidence["certification"] = {"certified": document["certified"],
-                                          "node_verdicts": document["node_verdicts"]}
-        if code != EXIT_OK or not verdict.get("certified"):
-            failed = verdict.get("failed_checks") or [c["name"] for c in document["checks"] if not c["passed"]]
-            raise StepFailed(", ".join(failed) or "not certified")
+        certify_in_reservation(self.request, self.console, step, "upgrade", node, partner, reservation_name(node),
+                               self.request.steps, (partner,) if exempt else ())
 
     def release(self, node: str) -> Path:
-        return step_playbook(self.request, self.console, "upgrade-release", "reservation.yml", {
-            "_reservation_name": reservation_name(node), "_reservation_action": "delete"})
+        return release_reservation(self.request, self.console, "upgrade-release", reservation_name(node))
 
     def resume(self, node: str, step: StepRecord) -> None:
         step.run_record = str(self.release(node))
-        states = sorted(self.cluster()[0].get(node, set()))
-        step.evidence["states"] = states
-        held = [state for state in states if any(word in state for word in ("drain", "down", "fail", "maint", "resv"))]
-        if not states or held:
-            raise StepFailed(f"not in service after the resume: {', '.join(states) or 'unknown to Slurm'}")
+        check_in_service(node, self.cluster()[0], step)
 
     def run_batch(self, batch: list[str]) -> None:
         hold = f"{REASON_PREFIX} {self.request.reason}"
