@@ -73,11 +73,16 @@ def test_a_job_runs_across_two_nodes_with_the_nccl_settings(provisioned_lab):
     assert sorted(out.splitlines()) == ["gpu01 22 =mlx5_0:1,mlx5_1:1", "gpu02 22 =mlx5_0:1,mlx5_1:1"]
 
 
+def uncorrectable_ecc(node: str, gpu: int, count: int) -> None:
+    """Set one simulated GPU's volatile uncorrectable DRAM ECC count."""
+    def change(state):
+        state["gpus"][gpu]["ecc_errors"]["volatile"]["dram_uncorrectable"] = count
+    update_state(cluster.node_hw_dir(node), change)
+
+
 def test_uncorrectable_ecc_error_drains_the_node_with_the_reason(healthy_lab):
     def ecc(count: int):
-        def change(state):
-            state["gpus"][3]["ecc_errors"]["volatile"]["dram_uncorrectable"] = count
-        update_state(cluster.node_hw_dir("gpu02"), change)
+        uncorrectable_ecc("gpu02", 3, count)
 
     ecc(2)
     try:
@@ -100,9 +105,7 @@ def test_the_health_check_keeps_the_reason_of_a_node_someone_else_drained(health
     ctl("scontrol", "update", "nodename=gpu02", "state=drain", "reason=upgrade: test hold")
 
     def ecc(count: int):
-        def change(state):
-            state["gpus"][1]["ecc_errors"]["volatile"]["dram_uncorrectable"] = count
-        update_state(cluster.node_hw_dir("gpu02"), change)
+        uncorrectable_ecc("gpu02", 1, count)
 
     ecc(2)
     try:
