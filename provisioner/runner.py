@@ -70,8 +70,8 @@ def strategy_environment() -> dict[str, str]:
 
 
 def ansible_environment() -> dict[str, str]:
-    """Environment for ansible-playbook: the project's config and roles, the venv's binaries
-    first, the run's strategy, and host keys checked.
+    """Environment for ansible-playbook: the project's config, roles and callbacks, the venv's
+    binaries first, the run's strategy, and host keys checked.
 
     ansible-runner turns host key checking off unless the environment names it; provision keeps
     it on (as ansible.cfg says) unless the operator's own environment turns it off."""
@@ -79,6 +79,9 @@ def ansible_environment() -> dict[str, str]:
     return {
         "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles"),
+        # Named here as well as in ansible.cfg: ansible-runner sets this variable (adding its
+        # own callback), which would hide the config file's value.
+        "ANSIBLE_CALLBACK_PLUGINS": str(PROJECT_ROOT / "callback_plugins"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING") or "True",
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),

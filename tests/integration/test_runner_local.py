@@ -20,6 +20,7 @@ from provisioner.runner import RunRequest, run_playbook
 
 PROBE = Path(__file__).resolve().parent.parent / "playbooks" / "probe.yml"
 SETTINGS = PROBE.with_name("settings.yml")
+FILTER_IMPORTS = PROBE.with_name("filter_imports.yml")
 SECRET = "hunter2-Very-Secret-Token"
 # The site playbook on this machine itself: only the preflight phase, never the driver phases.
 PREFLIGHT = ["--tags", "preflight"]
@@ -105,6 +106,21 @@ def test_runs_check_host_keys_and_keep_facts_in_memory(tmp_path: Path, monkeypat
     assert settings() == {"host_key_checking": True, "fact_cache": "memory"}
     monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
     assert settings()["host_key_checking"] is False
+
+
+def test_filter_plugins_are_imported_once_by_the_controller(tmp_path: Path, monkeypatch):
+    """Forked task workers inherit the filter plugins the controller loaded at the playbook's
+    start, instead of importing them again for every task on every host."""
+    witness = tmp_path / "imports"
+    monkeypatch.setenv("IMPORT_WITNESS_FILE", str(witness))
+    inventory = load_inventory(str(write_local_inventory(tmp_path / "inv")))
+    outcome = run_playbook(RunRequest(command="apply", playbook=str(FILTER_IMPORTS), inventory=inventory,
+                                      runs_dir=tmp_path / "runs"))
+    assert outcome.exit_code == 0
+    events = [json.loads(line) for line in (outcome.record / "events.jsonl").read_text().splitlines()]
+    assert sum(e["event"] == "runner_on_ok" for e in events) == 6
+    playbook_pid = next(e["pid"] for e in events if e["event"] == "playbook_on_start")
+    assert witness.read_text().split() == [str(playbook_pid)]
 
 
 def test_second_run_reports_no_change(tmp_path: Path):
