@@ -63,9 +63,9 @@ def compare_with_baseline(revision: str, repeats: int, inventory: Path, runs: Pa
     """Median no-op `provision apply` of `revision` and of this tree, alternated on one lab."""
     tree = baseline_tree(revision)
     try:
-        # The revision runs as it shipped: with its own strategy, not this tree's.
+        # The revision runs as it shipped: with its own strategy and plugins, not this tree's.
         inherited = {key: value for key, value in environment.items()
-                     if key not in ("ANSIBLE_STRATEGY", "ANSIBLE_STRATEGY_PLUGINS")}
+                     if key == "PATH" or key not in ansible_environment()}
         baseline_environment = {**inherited, "PYTHONPATH": str(tree),
                                 "ANSIBLE_CONFIG": str(tree / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(tree / "roles")}
         baseline = [sys.executable, "-m", "provisioner.cli", "apply", "--inventory", str(inventory)]
