@@ -24,6 +24,9 @@ from provisioner.lab.images import build_node_image
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 SCENARIOS = sorted(path.parent.parent.parent.name for path in ROLES.glob("*/molecule/*/molecule.yml"))
 SCENARIO_TIMEOUT_S = 1500
+# The longest scenarios start first, so that the pool does not end on one of them alone
+# (slurm takes about as long as the others on two workers; alphabetical order started it last).
+LONGEST_FIRST = ["slurm", "certification", "firmware", "monitoring", "infiniband"]
 
 
 def run_scenario(role: str) -> subprocess.CompletedProcess[str]:
@@ -43,6 +46,7 @@ def scenario_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[s
     """The selected scenarios, started side by side; each test waits for its own."""
     selected = [item.callspec.params["role"] for item in request.session.items
                 if item.originalname == "test_molecule_scenario" and hasattr(item, "callspec")]
+    selected.sort(key=lambda role: LONGEST_FIRST.index(role) if role in LONGEST_FIRST else len(LONGEST_FIRST))
     ensure_engine(lab_dir())
     build_node_image(lambda message: None)
     workers = max(1, int(os.environ.get("PROVISION_MOLECULE_PARALLEL", "3")))
