@@ -64,8 +64,8 @@ def compare_with_baseline(revision: str, repeats: int, inventory: Path, runs: Pa
     tree = baseline_tree(revision)
     try:
         # The revision runs as it shipped: with its own strategy and plugins, not this tree's.
-        inherited = {key: value for key, value in environment.items()
-                     if key == "PATH" or key not in ansible_environment()}
+        this_trees = ansible_environment().keys() - {"PATH"}
+        inherited = {key: value for key, value in environment.items() if key not in this_trees}
         baseline_environment = {**inherited, "PYTHONPATH": str(tree),
                                 "ANSIBLE_CONFIG": str(tree / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(tree / "roles")}
         baseline = [sys.executable, "-m", "provisioner.cli", "apply", "--inventory", str(inventory)]
