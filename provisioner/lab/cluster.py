@@ -359,7 +359,11 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         # 32 % below its partner (and level with it a few minutes later); the slowed node of the
         # tests is more than 50 % below.
         "certification_variance_percent": 40,
-        "certification_step_time_cv_max": 0.3,
+        # Four ranks on two CPUs time-slice with everything else the machine runs: an idle lab's
+        # 200-step trainings measured CVs of 0.12-0.16, with the step time moving up 50 % for a
+        # third of a run and back; a loaded CI machine went over 0.3. Here the bound catches
+        # stalls (one stall of a second in 160 steps of 60 ms: CV about 1.1), not jitter.
+        "certification_step_time_cv_max": 1.0,
         # replace-node's 200-step training of the tiny model takes the loss down about 46 %
         # (1000 steps: over 70 %).
         "certification_loss_drop_min": 0.4,

@@ -55,6 +55,27 @@ def healthy_lab(provisioned_lab: dict[str, str]):
     reset_hardware()
 
 
+# Slurm states of a node taken out of service (by a drain, a failure or an unanswered ping).
+OUT_OF_SERVICE = ("drain", "down", "fail")
+
+
+def gpu_node_state(node: str) -> str:
+    """The node's Slurm state as `sinfo %T` prints it ("idle", "drained", "down*", ...)."""
+    return node_exec("ctl01", "sinfo", "--noheader", "--Node", "--nodes", node, "--format", "%T").stdout.strip()
+
+
+def gpu_nodes_in_service() -> None:
+    """Resume every GPU node that Slurm holds out of service, and wait until it is idle again, so
+    that a test starts from a lab in service even where an earlier test failed and left a node
+    drained (replace-node and certify drain the nodes they fail, on purpose)."""
+    for number in range(1, LAB_NODES + 1):
+        node = cluster.gpu_node_name(number)
+        if any(word in gpu_node_state(node) for word in OUT_OF_SERVICE):
+            node_exec("ctl01", "scontrol", "update", f"nodename={node}", "state=resume")
+            wait_for(lambda node=node: not any(word in gpu_node_state(node) for word in OUT_OF_SERVICE), 60,
+                     f"{node} back in service")
+
+
 def node_exec(node: str, *command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", "exec", cluster.container_name(node), *command], capture_output=True,
                           text=True, check=False, timeout=60)

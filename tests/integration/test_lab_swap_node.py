@@ -17,7 +17,7 @@ from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import update_state
 
-from .conftest import node_exec, wait_for
+from .conftest import gpu_nodes_in_service, node_exec, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -36,6 +36,7 @@ def steps_record(runs: Path) -> dict:
 @pytest.fixture
 def runs(provisioned_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
+    gpu_nodes_in_service()
     return tmp_path / "runs"
 
 

@@ -19,7 +19,7 @@ import pytest
 from provisioner.cli import main
 from provisioner.lab import cluster
 
-from .conftest import node_exec, wait_for
+from .conftest import gpu_nodes_in_service, node_exec, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -58,6 +58,7 @@ def sacct_state(job: str) -> str:
 @pytest.fixture
 def runs(provisioned_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
+    gpu_nodes_in_service()
     return tmp_path / "runs"
 
 

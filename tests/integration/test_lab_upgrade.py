@@ -21,7 +21,7 @@ from provisioner.lab.apt_repo import DRIVERS
 from provisioner.lab.state import DEFAULT_DRIVER_VERSION, update_state
 from provisioner.upgrade import out_of_service
 
-from .conftest import node_exec, reset_hardware, wait_for
+from .conftest import gpu_nodes_in_service, node_exec, reset_hardware, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -81,6 +81,7 @@ class Watcher(threading.Thread):
 @pytest.fixture
 def runs(provisioned_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
+    gpu_nodes_in_service()
     return tmp_path / "runs"
 
 
