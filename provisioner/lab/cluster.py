@@ -104,8 +104,12 @@ def ssh_reachable(address: str) -> bool:
 
 
 def _labelled(kind: str) -> list[str]:
+    """The lab's containers, networks or volumes. A container is the lab's by `provision.lab=node`:
+    every container made from the node image inherits the image's `provision.lab=image` (Molecule's
+    scenarios run on it), and the lab must neither list nor remove those."""
     command = {"container": ["ps", "-a"], "network": ["network", "ls"], "volume": ["volume", "ls"]}[kind]
-    result = docker(*command, "--filter", f"label={LABEL}", "--format", "{{.Names}}" if kind == "container"
+    label = f"{LABEL}=node" if kind == "container" else LABEL
+    result = docker(*command, "--filter", f"label={label}", "--format", "{{.Names}}" if kind == "container"
                     else "{{.Name}}")
     return [name for name in result.stdout.split() if name]
 
@@ -171,6 +175,9 @@ def _prepare_node_files(node: str, number: int, gpus: int, reset_state: bool) ->
         hw_state.write_state(hw, hw_state.default_node_state(number, gpus, LAB_HCAS if gpus else 0))
 
 
+NETWORK_ATTEMPTS = 3
+
+
 def _subnet() -> ipaddress.IPv4Network:
     details = json.loads(docker("network", "inspect", NETWORK).stdout)[0]
     return ipaddress.ip_network(details["IPAM"]["Config"][0]["Subnet"])
@@ -179,7 +186,8 @@ def _subnet() -> ipaddress.IPv4Network:
 def _ensure_network(log: Callable[[str], None]) -> None:
     """The lab network, with a subnet of its own so that every machine keeps its address across
     restarts (Docker hands a restarted container any free address unless it was given one).
-    The subnet is one Docker picks as free on this machine (a probe network's)."""
+    The subnet is one Docker picks as free on this machine (a probe network's); another network
+    made between the probe and the lab's (Molecule's, say) can take it first: then a new probe."""
     networks = _labelled("network")
     if NETWORK in networks:
         labels = json.loads(docker("network", "inspect", NETWORK).stdout)[0].get("Labels") or {}
@@ -190,12 +198,16 @@ def _ensure_network(log: Callable[[str], None]) -> None:
             docker("rm", "--force", container)
         docker("network", "rm", NETWORK)
     probe = f"{NETWORK}-probe"
-    docker("network", "rm", probe, check=False)
-    docker("network", "create", "--label", f"{LABEL}=probe", probe)
-    subnet = json.loads(docker("network", "inspect", probe).stdout)[0]["IPAM"]["Config"][0]["Subnet"]
-    docker("network", "rm", probe)
-    docker("network", "create", "--label", f"{LABEL}=network", "--label", f"{FIXED_SUBNET_LABEL}=fixed",
-           "--subnet", subnet, NETWORK)
+    for attempt in range(1, NETWORK_ATTEMPTS + 1):
+        docker("network", "rm", probe, check=False)
+        docker("network", "create", "--label", f"{LABEL}=probe", probe)
+        subnet = json.loads(docker("network", "inspect", probe).stdout)[0]["IPAM"]["Config"][0]["Subnet"]
+        docker("network", "rm", probe)
+        made = docker("network", "create", "--label", f"{LABEL}=network", "--label", f"{FIXED_SUBNET_LABEL}=fixed",
+                      "--subnet", subnet, NETWORK, check=attempt == NETWORK_ATTEMPTS)
+        if made.returncode == 0:
+            return
+        log(f"subnet {subnet} was taken meanwhile ({made.stderr.strip()}); probing again")
 
 
 def _fixed_address(offset: int) -> str:

@@ -11,10 +11,11 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.lab import cluster
+from provisioner.lab.images import NODE_IMAGE
 from provisioner.lab.state import update_state
 from provisioner.records import read_summary
 
-from .conftest import LAB_GPUS, node_exec
+from .conftest import LAB_GPUS, LAB_NODES, node_exec
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -34,6 +35,23 @@ def test_lab_status_shows_every_node_reachable(lab, capsys):
     out = capsys.readouterr().out
     for node in ("ctl01", "gpu01", "gpu02"):
         assert re.search(rf"{node}\s.*running.*ok", out), out
+
+
+def test_lab_up_leaves_other_containers_of_the_node_image_alone(lab, capsys):
+    # Molecule's scenarios run containers of the lab's node image (which carries the lab's label).
+    stranger = "molecule-stranger-of-the-lab"
+    subprocess.run(["docker", "rm", "--force", stranger], capture_output=True, check=False)
+    subprocess.run(["docker", "run", "--detach", "--name", stranger, "--entrypoint", "sleep", NODE_IMAGE, "600"],
+                   capture_output=True, check=True)
+    try:
+        cluster.lab_up(LAB_NODES, LAB_GPUS, log=lambda message: None)
+        assert main(["lab", "status"]) == 0
+        assert stranger not in capsys.readouterr().out
+        running = subprocess.run(["docker", "inspect", "--format", "{{.State.Running}}", stranger],
+                                 capture_output=True, text=True, check=False)
+        assert running.stdout.strip() == "true", running.stderr
+    finally:
+        subprocess.run(["docker", "rm", "--force", stranger], capture_output=True, check=False)
 
 
 def test_lab_nodes_run_systemd_and_have_fake_gpu_devices(lab):
