@@ -76,4 +76,9 @@ def publish(repo_dir: Path, cache: Path, log=print) -> None:
                 (target / wheel.name).hardlink_to(wheel)
             except OSError:
                 shutil.copy2(wheel, target / wheel.name)
-    (repo_dir / NCCL_TESTS_TARBALL).write_bytes(nccl_tests_tarball())
+    # Replaced whole, and only when it changed: a Molecule scenario may be reading it.
+    tarball, content = repo_dir / NCCL_TESTS_TARBALL, nccl_tests_tarball()
+    if not tarball.exists() or tarball.read_bytes() != content:
+        staging = tarball.with_name(tarball.name + ".new")
+        staging.write_bytes(content)
+        staging.replace(tarball)

@@ -405,15 +405,25 @@ def _write_config(nodes: int, gpus_per_node: int) -> None:
     (lab_dir() / "lab.json").write_text(json.dumps({"nodes": nodes, "gpus_per_node": gpus_per_node}))
 
 
+def prepare_lab_files(log: Callable[[str], None] = print) -> None:
+    """What the lab's machines and the roles' Molecule scenarios share, each made once per
+    recipe: a running Docker engine, the node image, the lab's apt repository (stand-in vendor
+    packages) and the certification toolkit's wheelhouse and nccl-tests source."""
+    directory = lab_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    log(ensure_engine(directory))
+    build_node_image(log)
+    build_apt_repo(apt_repo_dir())
+    certify_files.publish(apt_repo_dir(), directory / "wheelhouse", log)
+
+
 def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = print,
            reset_state: bool = True) -> list[NodeStatus]:
     """Bring the lab up (reusing matching containers); returns each node's status."""
     if nodes < 1 or not 1 <= gpus_per_node <= 16:
         raise ValueError("the lab needs at least 1 GPU node and 1 to 16 GPUs per node")
     directory = lab_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    log(ensure_engine(directory))
-    build_node_image(log)
+    prepare_lab_files(log)
     _ssh_keygen(directory / "ssh" / "id_ed25519", "lab operator key")
     _ensure_network(log)
     if SHARED_VOLUME not in _labelled("volume"):
@@ -425,8 +435,6 @@ def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = 
         log(f"removing lab container {leftover} (not part of a {nodes}-node lab)")
         docker("rm", "--force", leftover)
     image_id = docker("image", "inspect", "--format", "{{.Id}}", NODE_IMAGE).stdout.strip()
-    build_apt_repo(apt_repo_dir())
-    certify_files.publish(apt_repo_dir(), directory / "wheelhouse", log)
     _start_repo(image_id, log)
 
     addresses: dict[str, str] = {}

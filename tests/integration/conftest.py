@@ -14,8 +14,6 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.lab import cluster
-from provisioner.lab.engine import ensure_engine
-from provisioner.lab.images import build_node_image
 from provisioner.lab.state import default_node_state, write_state
 
 LAB_NODES = 2
@@ -55,8 +53,8 @@ def molecule_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[s
         yield {}
         return
     selected.sort(key=lambda role: LONGEST_FIRST.index(role) if role in LONGEST_FIRST else len(LONGEST_FIRST))
-    ensure_engine(cluster.lab_dir())
-    build_node_image(lambda message: None)
+    # The node image, the lab's apt repository and wheelhouse: the scenarios install from them.
+    cluster.prepare_lab_files(log=lambda message: None)
     workers = max(1, int(os.environ.get("PROVISION_MOLECULE_PARALLEL", "3")))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="molecule") as pool:
         yield {role: pool.submit(run_scenario, role) for role in selected}
