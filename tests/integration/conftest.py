@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from pathlib import Path
 
 import pytest
 
@@ -18,53 +13,6 @@ from provisioner.lab.state import default_node_state, write_state
 
 LAB_NODES = 2
 LAB_GPUS = 8
-
-
-ROLES = Path(__file__).resolve().parents[2] / "roles"
-SCENARIOS = sorted(path.parent.parent.parent.name for path in ROLES.glob("*/molecule/*/molecule.yml"))
-SCENARIO_TIMEOUT_S = 1500
-# The longest scenarios start first, so that the pool does not end on one of them alone
-# (slurm takes about as long as the others on two workers; alphabetical order started it last).
-LONGEST_FIRST = ["slurm", "certification", "firmware", "monitoring", "infiniband"]
-
-
-def run_scenario(role: str) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                   "ANSIBLE_NOCOLOR": "1", "NO_COLOR": "1", "PY_COLORS": "0"}
-    try:
-        return subprocess.run(["molecule", "test"], cwd=ROLES / role, capture_output=True, text=True,
-                              env=environment, timeout=SCENARIO_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as expired:
-        output = (expired.stdout or b"").decode(errors="replace") if isinstance(expired.stdout, bytes) else (
-            expired.stdout or "")
-        return subprocess.CompletedProcess(expired.cmd, 124, output, f"timed out after {SCENARIO_TIMEOUT_S} s")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def molecule_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[subprocess.CompletedProcess[str]]]]:
-    """The session's Molecule scenarios, started side by side (`PROVISION_MOLECULE_PARALLEL`,
-    default 3) when the session's first integration test starts; each scenario's test waits for
-    its own. They share nothing with the lab (their own containers, networks and Molecule state)
-    and spend most of their time on apt, pip and container round trips, so they overlap the lab
-    tests that measure nothing; those that measure the machine wait for them (`quiet_machine`)."""
-    selected = [item.callspec.params["role"] for item in request.session.items
-                if item.originalname == "test_molecule_scenario" and hasattr(item, "callspec")]
-    if not selected:
-        yield {}
-        return
-    selected.sort(key=lambda role: LONGEST_FIRST.index(role) if role in LONGEST_FIRST else len(LONGEST_FIRST))
-    # The node image, the lab's apt repository and wheelhouse: the scenarios install from them.
-    cluster.prepare_lab_files(log=lambda message: None)
-    workers = max(1, int(os.environ.get("PROVISION_MOLECULE_PARALLEL", "3")))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="molecule") as pool:
-        yield {role: pool.submit(run_scenario, role) for role in selected}
-
-
-@pytest.fixture
-def quiet_machine(molecule_runs: dict[str, Future[subprocess.CompletedProcess[str]]]) -> None:
-    """For a test that measures the machine (bus bandwidth, step times): the Molecule scenarios
-    are over (each one's outcome is still its own test's)."""
-    wait(molecule_runs.values())
 
 
 @pytest.fixture(scope="session")

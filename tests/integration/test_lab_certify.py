@@ -36,7 +36,7 @@ def resume(node: str) -> None:
 
 
 @pytest.fixture
-def certify_runs(healthy_lab, quiet_machine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def certify_runs(healthy_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Idle GPU nodes before and after the test (a test drains nodes on purpose)."""
     monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
     for node in ("gpu01", "gpu02"):

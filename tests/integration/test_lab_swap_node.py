@@ -34,7 +34,7 @@ def steps_record(runs: Path) -> dict:
 
 
 @pytest.fixture
-def runs(provisioned_lab, quiet_machine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def runs(provisioned_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
     gpu_nodes_in_service()
     return tmp_path / "runs"

@@ -79,7 +79,7 @@ class Watcher(threading.Thread):
 
 
 @pytest.fixture
-def runs(provisioned_lab, quiet_machine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def runs(provisioned_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
     gpu_nodes_in_service()
     return tmp_path / "runs"
