@@ -5,8 +5,7 @@ most of their time waiting on apt, pip and container round trips, so they run si
 (`PROVISION_MOLECULE_PARALLEL`, default 3) once the first of these tests asks for them:
 after the lab modules, whose timing measurements they would otherwise disturb (started
 beside the lab tests that measure nothing, they only slowed those: this machine's two CPUs
-were busy either way). Each
-scenario is still its own test, with its own outcome and log."""
+were busy either way). Each scenario is still its own test, with its own outcome and log."""
 
 from __future__ import annotations
 
