@@ -3,14 +3,18 @@
 1. fresh lab nodes, then the full first apply;
 2. a no-op re-apply (must report changed=0);
 3. the wrapper's overhead: `provision apply` against bare `ansible-playbook` on the same
-   playbook and inventory, alternated REPEATS times; the ratio of the medians is the figure;
+   playbook and inventory, alternated REPEATS times; the ratio of the medians is the figure.
+   Beside it: the median of the per-pair ratios (each wrapper run against the bare run just
+   before it, so a slow spell of the machine lands on both), their range, and the same two
+   runs' CPU seconds (the process and all its children: ansible-playbook, its workers, ssh),
+   which the machine's speed swings move less than wall time;
 4. with --baseline REV: the no-op `provision apply` of that revision (a git worktree, its own
    playbooks, roles, filters, package and Ansible strategy) against this tree's, alternated
    REPEATS times on the same lab; the ratio of the medians is the speed-up figure. The two
    trees word a few files differently, so before each timed no-op the tree converges the lab
    with an untimed apply (its changed count printed); the timed run must change nothing.
 
-Usage: .venv/bin/python bench/apply.py [--nodes 2] [--gpus 8] [--repeats 3] [--keep-lab] [--baseline REV]
+Usage: .venv/bin/python bench/apply.py [--nodes 2] [--gpus 8] [--repeats 5] [--keep-lab] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -35,11 +40,17 @@ from provisioner.runner import ansible_environment  # noqa: E402
 BIN = Path(sys.executable).parent
 
 
-def timed(command: list[str], environment: dict[str, str]) -> tuple[float, int]:
-    started = time.perf_counter()
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(command: list[str], environment: dict[str, str]) -> tuple[float, int, float]:
+    """Wall seconds, exit code and CPU seconds (the command and every child it waited for)."""
+    cpu, started = children_cpu_seconds(), time.perf_counter()
     result = subprocess.run(command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - started, result.returncode
+    return time.perf_counter() - started, result.returncode, children_cpu_seconds() - cpu
 
 
 def latest_summary(runs: Path) -> dict:
@@ -108,7 +119,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--keep-lab", action="store_true", help="reuse the running lab (no fresh nodes)")
     parser.add_argument("--baseline", help="a git revision whose no-op apply to compare with, side by side")
     args = parser.parse_args()
@@ -125,19 +136,25 @@ def main() -> int:
     cluster.lab_up(args.nodes, args.gpus, log=lambda message: None)
     lab_seconds = time.perf_counter() - started
 
-    first_seconds, code = timed(provision, environment)
+    first_seconds, code, _ = timed(provision, environment)
     first = latest_summary(runs)
-    noop_seconds, noop_code = timed(provision, environment)
+    noop_seconds, noop_code, _ = timed(provision, environment)
     noop = latest_summary(runs)
     if code != 0 or noop_code != 0:
         print(f"apply failed (exit {code}, {noop_code}); see {runs}", file=sys.stderr)
         return 1
 
-    wrapper_times, plain_times = [], []
+    wrapper_times, plain_times, wrapper_cpu, plain_cpu = [], [], [], []
     for _ in range(args.repeats):
-        plain_times.append(timed(plain, environment)[0])
-        wrapper_times.append(timed(provision, environment)[0])
+        for times, cpu, command in ((plain_times, plain_cpu, plain), (wrapper_times, wrapper_cpu, provision)):
+            seconds, exit_code, cpu_seconds = timed(command, environment)
+            if exit_code != 0:
+                print(f"{command[0]} failed (exit {exit_code}); see {runs}", file=sys.stderr)
+                return 1
+            times.append(seconds)
+            cpu.append(cpu_seconds)
     wrapper, bare = statistics.median(wrapper_times), statistics.median(plain_times)
+    pair_ratios = [w / p for w, p in zip(wrapper_times, plain_times, strict=True)]
     host_tasks = host_task_count(noop)
 
     figures = {
@@ -152,6 +169,13 @@ def main() -> int:
         "wrapper_median_s": round(wrapper, 2),
         "plain_ansible_playbook_median_s": round(bare, 2),
         "wrapper_overhead_ratio": round(wrapper / bare, 3),
+        "wrapper_pair_ratio_median": round(statistics.median(pair_ratios), 3),
+        "wrapper_pair_ratio_range": [round(min(pair_ratios), 3), round(max(pair_ratios), 3)],
+        "wrapper_cpu_median_s": round(statistics.median(wrapper_cpu), 2),
+        "plain_cpu_median_s": round(statistics.median(plain_cpu), 2),
+        "wrapper_cpu_ratio": round(statistics.median(wrapper_cpu) / statistics.median(plain_cpu), 3),
+        "wrapper_s": [round(t, 1) for t in wrapper_times],
+        "plain_s": [round(t, 1) for t in plain_times],
         "repeats": args.repeats,
     }
     if args.baseline:
