@@ -154,6 +154,7 @@ def main() -> int:
             times.append(seconds)
             cpu.append(cpu_seconds)
     wrapper, bare = statistics.median(wrapper_times), statistics.median(plain_times)
+    wrapper_cpu_s, plain_cpu_s = statistics.median(wrapper_cpu), statistics.median(plain_cpu)
     pair_ratios = [w / p for w, p in zip(wrapper_times, plain_times, strict=True)]
     host_tasks = host_task_count(noop)
 
@@ -171,9 +172,9 @@ def main() -> int:
         "wrapper_overhead_ratio": round(wrapper / bare, 3),
         "wrapper_pair_ratio_median": round(statistics.median(pair_ratios), 3),
         "wrapper_pair_ratio_range": [round(min(pair_ratios), 3), round(max(pair_ratios), 3)],
-        "wrapper_cpu_median_s": round(statistics.median(wrapper_cpu), 2),
-        "plain_cpu_median_s": round(statistics.median(plain_cpu), 2),
-        "wrapper_cpu_ratio": round(statistics.median(wrapper_cpu) / statistics.median(plain_cpu), 3),
+        "wrapper_cpu_median_s": round(wrapper_cpu_s, 2),
+        "plain_cpu_median_s": round(plain_cpu_s, 2),
+        "wrapper_cpu_ratio": round(wrapper_cpu_s / plain_cpu_s, 3),
         "wrapper_s": [round(t, 1) for t in wrapper_times],
         "plain_s": [round(t, 1) for t in plain_times],
         "repeats": args.repeats,
