@@ -14,7 +14,7 @@ from provisioner.errors import InputError, InputProblem, LockHeldError
 from provisioner.inventory import Inventory, load_inventory
 from provisioner.parsers import PARSERS, ParseError
 from provisioner.records import latest_record, read_summary, runs_dir
-from provisioner.runner import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, RunRequest, run_playbook
+from provisioner.runner import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
 
 console = Console()
 error_console = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -378,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     except LockHeldError as error:
         error_console.print(f"[red]refused[/]: {error}", highlight=False, soft_wrap=True)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # between playbook runs: a run itself is cancelled and recorded
+        error_console.print("[yellow]interrupted[/]")
+        return EXIT_INTERRUPTED
 
 
 

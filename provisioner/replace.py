@@ -29,13 +29,26 @@ from provisioner.fleet import table as fleet_table
 from provisioner.inventory import Inventory
 from provisioner.lock import inventory_lock
 from provisioner.records import new_record_dir
-from provisioner.runner import EXIT_FAILED, EXIT_OK, RunRequest, run_playbook
+from provisioner.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
 
 REASON_LIMIT = 120
 
 
 class StepFailed(Exception):
     """A step did not succeed; the message is the drain reason's detail."""
+
+
+class StepInterrupted(StepFailed):
+    """The operator interrupted a step (Ctrl-C, SIGTERM): handled like a failed step (the nodes
+    stay drained, the record is written), and the command exits 130."""
+
+    def __init__(self) -> None:
+        super().__init__("interrupted")
+
+
+def exit_code_for(error: BaseException) -> int:
+    """The command's exit code after a step raised error: 130 where it was interrupted, else 1."""
+    return EXIT_INTERRUPTED if isinstance(error, StepInterrupted) else EXIT_FAILED
 
 
 @dataclass
@@ -96,6 +109,8 @@ def step_playbook(request: StepContext, console: Console, command: str, playbook
     outcome = run_playbook(RunRequest(command=command, playbook=playbook, inventory=request.inventory,
                                       runs_dir=request.runs_dir, extravars=extravars, argv=request.argv,
                                       limit=limit), console)
+    if outcome.exit_code == EXIT_INTERRUPTED:
+        raise StepInterrupted
     if outcome.exit_code != EXIT_OK:
         failures = [f"{host}: {_first_line(reason)}" for host, result in outcome.summary.get("hosts", {}).items()
                     for reason in (result.get("failures") or [])[:1]]
@@ -163,6 +178,8 @@ def certify_in_reservation(request: StepContext, console: Console, step: StepRec
         inventory=request.inventory, runs_dir=request.runs_dir, nodes=[node, partner], steps=steps,
         reservation=reservation, argv=request.argv, version_exempt=version_exempt), console)
     step.run_record = str(record) if record else None
+    if code == EXIT_INTERRUPTED:
+        raise StepInterrupted
     if document is None:
         raise StepFailed("certification did not run (see its run record)")
     verdict = document["node_verdicts"].get(node, {})
@@ -314,6 +331,9 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
             except (StepFailed, known_hosts.KnownHostsError) as error:
                 current.detail = str(error)
                 raise
+            except KeyboardInterrupt:  # outside a playbook run (a wait between two of them)
+                current.detail = "interrupted"
+                raise StepInterrupted from None
             finally:
                 current.duration_s = round(time.monotonic() - clock, 1)
                 save()
@@ -341,9 +361,10 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
         try:
             for name, action in plan:
                 step(name, action)
-        except (StepFailed, known_hosts.KnownHostsError):
+        except (StepFailed, known_hosts.KnownHostsError) as error:
             failed = steps[-1]
-            document.update({"result": "failed", "failed_step": failed.name})
+            interrupted = isinstance(error, StepInterrupted)
+            document.update({"result": "interrupted" if interrupted else "failed", "failed_step": failed.name})
             outcome = f"record: {record}"
             if gpu_node:
                 reason = " ".join(f"replace-node: {failed.name}: {failed.detail}".split())
@@ -356,9 +377,10 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
                 outcome = f"{node} stays drained ({reason[:REASON_LIMIT]}); {outcome}"
             document["finished"] = datetime.now(UTC).isoformat()
             save()
-            console.print(f"[red]replace-node {node} failed at {failed.name}[/]: {failed.detail}", highlight=False)
+            console.print(f"[red]replace-node {node} {'interrupted' if interrupted else 'failed'} at "
+                          f"{failed.name}[/]: {failed.detail}", highlight=False)
             console.print(outcome, highlight=False)
-            return EXIT_FAILED
+            return exit_code_for(error)
         document.update({"result": "in service", "finished": datetime.now(UTC).isoformat()})
         save()
         done = ("replaced, certified and back in service" if gpu_node

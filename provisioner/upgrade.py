@@ -34,10 +34,12 @@ from provisioner.records import new_record_dir, read_summary
 from provisioner.replace import (
     REASON_LIMIT,
     StepFailed,
+    StepInterrupted,
     StepRecord,
     certify_in_reservation,
     check_in_service,
     drain_nodes,
+    exit_code_for,
     handed_playbook,
     release_reservation,
     step_playbook,
@@ -205,6 +207,9 @@ class _Rollout:
         except StepFailed as error:
             current.detail = str(error)
             raise
+        except KeyboardInterrupt:  # outside a playbook run (a wait between two of them)
+            current.detail = "interrupted"
+            raise StepInterrupted from None
         finally:
             current.duration_s = round(time.monotonic() - clock, 1)
             self.save()
@@ -299,6 +304,10 @@ class _Rollout:
         return reason[:REASON_LIMIT]
 
 
+def _result(error: StepFailed) -> str:
+    return "interrupted" if isinstance(error, StepInterrupted) else "failed"
+
+
 def reservation_name(node: str) -> str:
     return f"provision-upgrade-{node}"
 
@@ -315,10 +324,10 @@ def upgrade(request: UpgradeRequest, console: Console) -> int:
             states, reasons = rollout.cluster()
             differences, _compared, _ = rollout.differences()
         except StepFailed as error:
-            rollout.document.update({"result": "failed", "detail": f"reading the cluster: {error}"})
+            rollout.document.update({"result": _result(error), "detail": f"reading the cluster: {error}"})
             rollout.save()
             console.print(f"[red]upgrade: the cluster could not be read[/]: {error}", highlight=False)
-            return EXIT_FAILED
+            return exit_code_for(error)
         differing = {row["host"] for row in differences}
         plan = plan_nodes(nodes, states, reasons, differing,
                           lambda node: node_history(request.runs_dir, node).certified_since_change)
@@ -340,26 +349,26 @@ def upgrade(request: UpgradeRequest, console: Console) -> int:
             rollout.document["batches"].append(batch)
             try:
                 rollout.run_batch(batch)
-            except StepFailed:
+            except StepFailed as error:
                 reason = rollout.fail_batch(batch)
                 remaining = [node for node in todo if node not in batch]
-                rollout.document.update({"result": "failed", "failed_batch": batch, "remaining": remaining,
+                rollout.document.update({"result": _result(error), "failed_batch": batch, "remaining": remaining,
                                          "finished": datetime.now(UTC).isoformat(timespec="seconds")})
                 rollout.save()
-                console.print(f"[red]upgrade failed on {', '.join(batch)}[/] ({reason}); they stay drained, "
-                              f"{', '.join(remaining) or 'no node'} left as they were; record: {record}",
+                console.print(f"[red]upgrade {_result(error)} on {', '.join(batch)}[/] ({reason}); they stay "
+                              f"drained, {', '.join(remaining) or 'no node'} left as they were; record: {record}",
                               highlight=False)
-                return EXIT_FAILED
+                return exit_code_for(error)
             todo = [node for node in todo if node not in batch]
             if todo:
                 try:
                     states = rollout.cluster()[0]
                 except StepFailed as error:
-                    rollout.document.update({"result": "failed", "detail": f"reading the cluster: {error}",
+                    rollout.document.update({"result": _result(error), "detail": f"reading the cluster: {error}",
                                              "remaining": todo})
                     rollout.save()
                     console.print(f"[red]upgrade stopped[/]: the cluster could not be read: {error}", highlight=False)
-                    return EXIT_FAILED
+                    return exit_code_for(error)
         rollout.document.update({"result": "upgraded", "finished": datetime.now(UTC).isoformat(timespec="seconds")})
         rollout.save()
         upgraded = rollout.document["batches"]
