@@ -46,6 +46,11 @@ class StepInterrupted(StepFailed):
         super().__init__("interrupted")
 
 
+def step_result(error: BaseException) -> str:
+    """How a command's record names the end a step's error brought: interrupted or failed."""
+    return "interrupted" if isinstance(error, StepInterrupted) else "failed"
+
+
 def exit_code_for(error: BaseException) -> int:
     """The command's exit code after a step raised error: 130 where it was interrupted, else 1."""
     return EXIT_INTERRUPTED if isinstance(error, StepInterrupted) else EXIT_FAILED
@@ -363,8 +368,7 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
                 step(name, action)
         except (StepFailed, known_hosts.KnownHostsError) as error:
             failed = steps[-1]
-            interrupted = isinstance(error, StepInterrupted)
-            document.update({"result": "interrupted" if interrupted else "failed", "failed_step": failed.name})
+            document.update({"result": step_result(error), "failed_step": failed.name})
             outcome = f"record: {record}"
             if gpu_node:
                 reason = " ".join(f"replace-node: {failed.name}: {failed.detail}".split())
@@ -377,8 +381,8 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
                 outcome = f"{node} stays drained ({reason[:REASON_LIMIT]}); {outcome}"
             document["finished"] = datetime.now(UTC).isoformat()
             save()
-            console.print(f"[red]replace-node {node} {'interrupted' if interrupted else 'failed'} at "
-                          f"{failed.name}[/]: {failed.detail}", highlight=False)
+            console.print(f"[red]replace-node {node} {step_result(error)} at {failed.name}[/]: {failed.detail}",
+                          highlight=False)
             console.print(outcome, highlight=False)
             return exit_code_for(error)
         document.update({"result": "in service", "finished": datetime.now(UTC).isoformat()})

@@ -43,6 +43,7 @@ from provisioner.replace import (
     handed_playbook,
     release_reservation,
     step_playbook,
+    step_result,
     wait_for_idle,
 )
 from provisioner.runner import EXIT_FAILED, EXIT_OK
@@ -304,10 +305,6 @@ class _Rollout:
         return reason[:REASON_LIMIT]
 
 
-def _result(error: StepFailed) -> str:
-    return "interrupted" if isinstance(error, StepInterrupted) else "failed"
-
-
 def reservation_name(node: str) -> str:
     return f"provision-upgrade-{node}"
 
@@ -324,7 +321,7 @@ def upgrade(request: UpgradeRequest, console: Console) -> int:
             states, reasons = rollout.cluster()
             differences, _compared, _ = rollout.differences()
         except StepFailed as error:
-            rollout.document.update({"result": _result(error), "detail": f"reading the cluster: {error}"})
+            rollout.document.update({"result": step_result(error), "detail": f"reading the cluster: {error}"})
             rollout.save()
             console.print(f"[red]upgrade: the cluster could not be read[/]: {error}", highlight=False)
             return exit_code_for(error)
@@ -352,10 +349,10 @@ def upgrade(request: UpgradeRequest, console: Console) -> int:
             except StepFailed as error:
                 reason = rollout.fail_batch(batch)
                 remaining = [node for node in todo if node not in batch]
-                rollout.document.update({"result": _result(error), "failed_batch": batch, "remaining": remaining,
+                rollout.document.update({"result": step_result(error), "failed_batch": batch, "remaining": remaining,
                                          "finished": datetime.now(UTC).isoformat(timespec="seconds")})
                 rollout.save()
-                console.print(f"[red]upgrade {_result(error)} on {', '.join(batch)}[/] ({reason}); they stay "
+                console.print(f"[red]upgrade {step_result(error)} on {', '.join(batch)}[/] ({reason}); they stay "
                               f"drained, {', '.join(remaining) or 'no node'} left as they were; record: {record}",
                               highlight=False)
                 return exit_code_for(error)
@@ -364,7 +361,7 @@ def upgrade(request: UpgradeRequest, console: Console) -> int:
                 try:
                     states = rollout.cluster()[0]
                 except StepFailed as error:
-                    rollout.document.update({"result": _result(error), "detail": f"reading the cluster: {error}",
+                    rollout.document.update({"result": step_result(error), "detail": f"reading the cluster: {error}",
                                              "remaining": todo})
                     rollout.save()
                     console.print(f"[red]upgrade stopped[/]: the cluster could not be read: {error}", highlight=False)
