@@ -7,7 +7,9 @@
    Beside it: the median of the per-pair ratios (each wrapper run against the bare run just
    before it, so a slow spell of the machine lands on both), their range, and the same two
    runs' CPU seconds (the process and all its children: ansible-playbook, its workers, ssh),
-   which the machine's speed swings move less than wall time;
+   which the machine's speed swings move less than wall time, and a bootstrap 90 % interval of
+   the per-pair ratios' median (resampled pairs, fixed seed): where that interval's top is
+   under a bound, the overhead is under it on more than this run's luck;
 4. with --baseline REV: the no-op `provision apply` of that revision (a git worktree, its own
    playbooks, roles, filters, package and Ansible strategy) against this tree's, alternated
    REPEATS times on the same lab; the ratio of the medians is the speed-up figure. The two
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -51,6 +54,14 @@ def timed(command: list[str], environment: dict[str, str]) -> tuple[float, int, 
     result = subprocess.run(command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, check=False)
     return time.perf_counter() - started, result.returncode, children_cpu_seconds() - cpu
+
+
+def median_interval(values: list[float], level: float = 0.90, draws: int = 10_000) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median of `values` (seeded: the same runs give the same figure)."""
+    sampler = random.Random(0)
+    medians = sorted(statistics.median(sampler.choices(values, k=len(values))) for _ in range(draws))
+    tail = (1 - level) / 2
+    return medians[int(tail * draws)], medians[int((1 - tail) * draws) - 1]
 
 
 def latest_summary(runs: Path) -> dict:
@@ -172,6 +183,7 @@ def main() -> int:
         "wrapper_overhead_ratio": round(wrapper / bare, 3),
         "wrapper_pair_ratio_median": round(statistics.median(pair_ratios), 3),
         "wrapper_pair_ratio_range": [round(min(pair_ratios), 3), round(max(pair_ratios), 3)],
+        "wrapper_pair_ratio_median_90pct": [round(bound, 3) for bound in median_interval(pair_ratios)],
         "wrapper_cpu_median_s": round(wrapper_cpu_s, 2),
         "plain_cpu_median_s": round(plain_cpu_s, 2),
         "wrapper_cpu_ratio": round(wrapper_cpu_s / plain_cpu_s, 3),

@@ -100,6 +100,27 @@ def check_node(inventory: Inventory, node: str) -> None:
                                        "replacement's address under gpu_nodes first)")])
 
 
+def run_step(current: StepRecord, action: Callable[[StepRecord], None], save: Callable[[], None],
+             recorded: tuple[type[Exception], ...] = (StepFailed,)) -> None:
+    """Run one step's action and time it; the record is saved after it, however it ends.
+
+    A `recorded` error's message becomes the step's detail and goes on up; an interrupt outside
+    a playbook run (a wait between two of them) becomes StepInterrupted."""
+    clock = time.monotonic()
+    try:
+        action(current)
+        current.ok = True
+    except recorded as error:
+        current.detail = str(error)
+        raise
+    except KeyboardInterrupt:
+        current.detail = "interrupted"
+        raise StepInterrupted from None
+    finally:
+        current.duration_s = round(time.monotonic() - clock, 1)
+        save()
+
+
 class StepContext(Protocol):
     """What a step's playbook runs need of a command's request (replace-node's, upgrade's)."""
 
@@ -329,19 +350,7 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
             steps.append(current)
             save()
             console.rule(f"replace-node {node}: {name}")
-            clock = time.monotonic()
-            try:
-                action(current)
-                current.ok = True
-            except (StepFailed, known_hosts.KnownHostsError) as error:
-                current.detail = str(error)
-                raise
-            except KeyboardInterrupt:  # outside a playbook run (a wait between two of them)
-                current.detail = "interrupted"
-                raise StepInterrupted from None
-            finally:
-                current.duration_s = round(time.monotonic() - clock, 1)
-                save()
+            run_step(current, action, save, (StepFailed, known_hosts.KnownHostsError))
 
         def set_record(current: StepRecord, path: Path) -> None:
             current.run_record = str(path)

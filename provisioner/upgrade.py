@@ -15,7 +15,6 @@ change are skipped. Each node's steps are recorded in the command's run record, 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -34,7 +33,6 @@ from provisioner.records import new_record_dir, read_summary
 from provisioner.replace import (
     REASON_LIMIT,
     StepFailed,
-    StepInterrupted,
     StepRecord,
     certify_in_reservation,
     check_in_service,
@@ -42,6 +40,7 @@ from provisioner.replace import (
     exit_code_for,
     handed_playbook,
     release_reservation,
+    run_step,
     step_playbook,
     step_result,
     wait_for_idle,
@@ -201,19 +200,7 @@ class _Rollout:
             self.steps.setdefault(node, []).append(current)
         self.save()
         self.console.rule(f"upgrade {', '.join(nodes)}: {name}")
-        clock = time.monotonic()
-        try:
-            action(current)
-            current.ok = True
-        except StepFailed as error:
-            current.detail = str(error)
-            raise
-        except KeyboardInterrupt:  # outside a playbook run (a wait between two of them)
-            current.detail = "interrupted"
-            raise StepInterrupted from None
-        finally:
-            current.duration_s = round(time.monotonic() - clock, 1)
-            self.save()
+        run_step(current, action, self.save)
 
     # The steps.
 
