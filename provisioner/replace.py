@@ -129,15 +129,23 @@ class StepContext(Protocol):
     argv: list[str]
 
 
+def only_unreachable(summary: dict[str, Any]) -> bool:
+    """Whether a run's only trouble was hosts it could not reach: some unreachable, none failed."""
+    return bool(summary.get("hosts_unreachable")) and not summary.get("hosts_failed")
+
+
 def step_playbook(request: StepContext, console: Console, command: str, playbook: str,
-                  extravars: dict[str, Any], limit: str | None = None) -> Path:
-    """Run one step's playbook; its run record, or StepFailed naming each failed host's first failure."""
+                  extravars: dict[str, Any], limit: str | None = None, tolerate_unreachable: bool = False) -> Path:
+    """Run one step's playbook; its run record, or StepFailed naming each failed host's first failure.
+
+    With tolerate_unreachable, a run whose only trouble was unreachable hosts is not a failure:
+    the caller reads which hosts answered from what the playbook handed back."""
     outcome = run_playbook(RunRequest(command=command, playbook=playbook, inventory=request.inventory,
                                       runs_dir=request.runs_dir, extravars=extravars, argv=request.argv,
                                       limit=limit), console)
     if outcome.exit_code == EXIT_INTERRUPTED:
         raise StepInterrupted
-    if outcome.exit_code != EXIT_OK:
+    if outcome.exit_code != EXIT_OK and not (tolerate_unreachable and only_unreachable(outcome.summary)):
         failures = [f"{host}: {_first_line(reason)}" for host, result in outcome.summary.get("hosts", {}).items()
                     for reason in (result.get("failures") or [])[:1]]
         raise StepFailed("; ".join(failures)[:300] or f"{playbook} exited {outcome.exit_code}")
@@ -153,11 +161,14 @@ def _first_line(failure: Any) -> str:
 
 
 def handed_playbook(request: StepContext, console: Console, command: str, playbook: str, key: str,
-                    extravars: dict[str, Any]) -> tuple[dict[str, Any], Path]:
+                    extravars: dict[str, Any], tolerate_unreachable: bool = False) -> tuple[dict[str, Any], Path]:
     """Run a playbook that writes a JSON file for the CLI (its path in `key`); return the file's content."""
     with tempfile.TemporaryDirectory(prefix="provision-replace-") as scratch:
         output = Path(scratch) / "out.json"
-        record = step_playbook(request, console, command, playbook, {**extravars, key: str(output)})
+        record = step_playbook(request, console, command, playbook, {**extravars, key: str(output)},
+                               tolerate_unreachable=tolerate_unreachable)
+        if not output.exists():  # every host it ran on was unreachable
+            raise StepFailed(f"{playbook} handed nothing back (no host answered)")
         return json.loads(output.read_text()), record
 
 
@@ -269,11 +280,13 @@ def _resume(request: ReplaceRequest, console: Console, step: StepRecord) -> None
 
 
 def _verify_versions(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
+    # A GPU node that does not answer is left out of the comparison (and named), not a failure of this one.
     handed, record = handed_playbook(request, console, "replace-node-versions", "fleet_versions.yml",
-                                     "_fleet_output", {})
+                                     "_fleet_output", {}, tolerate_unreachable=True)
     step.run_record = str(record)
     differences = handed["differences"]
-    step.evidence.update({"nodes_compared": handed["nodes"], "differences": differences})
+    step.evidence.update({"nodes_compared": handed["nodes"], "differences": differences,
+                          "unreachable": [n for n in request.inventory.group("gpu_nodes") if n not in handed["nodes"]]})
     if request.node not in handed["nodes"]:
         raise StepFailed("its versions could not be read")
     if differences:

@@ -4,10 +4,11 @@ batches, rebooting them, without stopping the cluster.
 For each batch: drain the nodes (their jobs run to their end), install the new pins and reboot
 where a node needs it (upgrade_node.yml), build every phase on them (site.yml limited to the
 batch), compare their versions with the pins, certify each with a healthy partner and resume
-it. Never more than --max-unavailable GPU nodes are out of service (drained, down, rebooting or
-not responding) when a batch starts; the batch shrinks to fit. The first batch that fails stops
-the rollout: its nodes stay drained with the failed step as the reason, the nodes after it are
-not touched. A new `provision upgrade` goes on where an interrupted or failed one stopped: the
+it. Never more than --max-unavailable GPU nodes are out of service (drained, down, rebooting,
+not responding, or not answering over SSH) when a batch starts; the batch shrinks to fit. A GPU
+node that does not answer over SSH is named and left alone, and is never a partner. The first
+batch that fails stops the rollout: its nodes stay drained with the failed step as the reason,
+the nodes after it are not touched. A new `provision upgrade` goes on where an interrupted or failed one stopped: the
 nodes it left drained come first, nodes already at the pins and certified since their last
 change are skipped. Each node's steps are recorded in the command's run record, `upgrade.json`.
 """
@@ -15,7 +16,7 @@ change are skipped. Each node's steps are recorded in the command's run record, 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -135,16 +136,28 @@ class Plan:
     skipped: dict[str, str]
 
 
+def unavailable(states: dict[str, set[str]], nodes: list[str], unreachable: Collection[str]) -> list[str]:
+    """The nodes out of service in Slurm, and those that did not answer over SSH (Slurm may not
+    have noticed yet): the nodes that count against --max-unavailable."""
+    out = set(out_of_service(states, nodes)) | set(unreachable)
+    return [node for node in nodes if node in out]
+
+
 def plan_nodes(nodes: list[str], states: dict[str, set[str]], reasons: dict[str, str],
-               differing: set[str], certified_since_change: Callable[[str], bool]) -> Plan:
+               differing: set[str], certified_since_change: Callable[[str], bool],
+               unreachable: Collection[str] = ()) -> Plan:
     """Which nodes to upgrade, in order: those an earlier upgrade left drained first, then the
-    rest in inventory order; skipped: nodes out of service for another reason (left alone),
-    and nodes already at the pins and certified since their last change."""
-    ours = [node for node in nodes if reasons.get(node, "").startswith(REASON_PREFIX)]
+    rest in inventory order; skipped: nodes that did not answer over SSH, nodes out of service
+    for another reason (left alone), and nodes already at the pins and certified since their
+    last change."""
+    ours = [node for node in nodes if reasons.get(node, "").startswith(REASON_PREFIX) and node not in unreachable]
     out = set(out_of_service(states, nodes))
     todo, skipped = list(ours), {}
     for node in nodes:
         if node in ours:
+            continue
+        if node in unreachable:
+            skipped[node] = "unreachable over SSH when the upgrade read the fleet's versions: left alone"
             continue
         if node in out:
             state = ", ".join(sorted(states.get(node, set()))) or "unknown to Slurm"
@@ -171,12 +184,13 @@ class _Rollout:
     def __init__(self, request: UpgradeRequest, console: Console, record: Path, nodes: list[str]):
         self.request, self.console, self.record = request, console, record
         self.nodes = nodes
+        self.unreachable: list[str] = []
         self.steps: dict[str, list[StepRecord]] = {}
         self.document: dict[str, Any] = {
             "command": "upgrade", "argv": request.argv, "inventory": request.inventory.name,
             "reason": request.reason, "batch": request.batch, "max_unavailable": request.max_unavailable,
             "started": datetime.now(UTC).isoformat(timespec="seconds"), "batches": [], "skipped": {},
-            "nodes": {}}
+            "unreachable": [], "nodes": {}}
 
     def save(self) -> None:
         nodes = {node: {**self.document["nodes"].get(node, {}), "steps": [asdict(s) for s in steps]}
@@ -189,8 +203,10 @@ class _Rollout:
         return node_states(handed["sinfo"]), parse_reasons(handed.get("reasons", ""))
 
     def differences(self) -> tuple[list[dict[str, str]], list[str], Path]:
+        """The fleet's differences from the pins, and the GPU nodes compared: a node that does not
+        answer over SSH is left out of both (the caller names it), not a failed read."""
         handed, record = handed_playbook(self.request, self.console, "upgrade-versions", "fleet_versions.yml",
-                                         "_fleet_output", {})
+                                         "_fleet_output", {}, tolerate_unreachable=True)
         return handed["differences"], handed["nodes"], record
 
     def step(self, nodes: list[str], name: str, action: Callable[[StepRecord], None]) -> None:
@@ -243,7 +259,7 @@ class _Rollout:
     def partner(self, node: str, batch: list[str], step: StepRecord) -> tuple[str, bool]:
         """An idle node outside the batch, one already at the pins when there is one; and
         whether its versions are exempt from the certification's check (not yet upgraded)."""
-        others = [n for n in self.request.inventory.group("gpu_nodes") if n not in batch]
+        others = [n for n in self.request.inventory.group("gpu_nodes") if n not in batch and n not in self.unreachable]
         idle, sinfo = wait_for_idle(self.request, self.console, "upgrade-states", node, others,
                                     self.request.partner_wait_s)
         differing = {row["host"] for row in self.differences()[0]}
@@ -306,25 +322,29 @@ def upgrade(request: UpgradeRequest, console: Console) -> int:
         rollout = _Rollout(request, console, record, nodes)
         try:
             states, reasons = rollout.cluster()
-            differences, _compared, _ = rollout.differences()
+            differences, compared, _ = rollout.differences()
         except StepFailed as error:
             rollout.document.update({"result": step_result(error), "detail": f"reading the cluster: {error}"})
             rollout.save()
             console.print(f"[red]upgrade: the cluster could not be read[/]: {error}", highlight=False)
             return exit_code_for(error)
         differing = {row["host"] for row in differences}
+        gpu_nodes = request.inventory.group("gpu_nodes")
+        rollout.unreachable = rollout.document["unreachable"] = [node for node in gpu_nodes if node not in compared]
         plan = plan_nodes(nodes, states, reasons, differing,
-                          lambda node: node_history(request.runs_dir, node).certified_since_change)
+                          lambda node: node_history(request.runs_dir, node).certified_since_change,
+                          rollout.unreachable)
         rollout.document["skipped"] = plan.skipped
         rollout.document["planned"] = plan.todo
         for node, why in plan.skipped.items():
             console.print(f"{node}: {why}", highlight=False)
         todo = list(plan.todo)
         while todo:
-            out_now = out_of_service(states, request.inventory.group("gpu_nodes"))
+            out_now = unavailable(states, gpu_nodes, rollout.unreachable)
             batch = next_batch(todo, out_now, size, request.max_unavailable)
             if not batch:
-                detail = (f"{len(out_now)} GPU node(s) out of service ({', '.join(out_now)}): --max-unavailable "
+                named = [f"{node} unreachable" if node in rollout.unreachable else node for node in out_now]
+                detail = (f"{len(out_now)} GPU node(s) out of service ({', '.join(named)}): --max-unavailable "
                           f"{request.max_unavailable} leaves no room for another node")
                 rollout.document.update({"result": "stopped", "detail": detail, "remaining": todo})
                 rollout.save()

@@ -9,6 +9,7 @@ first driver again.)"""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from provisioner.lab.apt_repo import DRIVERS
 from provisioner.lab.state import DEFAULT_DRIVER_VERSION, update_state
 from provisioner.upgrade import out_of_service
 
-from .conftest import gpu_nodes_in_service, node_exec, reset_hardware, wait_for
+from .conftest import LAB_GPUS, LAB_NODES, gpu_nodes_in_service, node_exec, reset_hardware, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -92,6 +93,27 @@ def test_bad_options_are_refused_before_touching_anything(runs: Path, capsys):
     assert "not GPU nodes of inventory lab: gpu09" in capsys.readouterr().err
     assert main(["upgrade", "--inventory", LAB, "--max-unavailable", "0"]) == 2
     assert all(slurm(node).startswith("idle") for node in GPU_NODES)
+
+
+def test_an_unreachable_gpu_node_is_named_and_counted_out_so_nothing_is_touched(runs: Path):
+    """gpu02 powered off (its container stopped): the fleet read names it unreachable instead of
+    failing, and with --max-unavailable 1 it takes the only room, so gpu01 is left in service."""
+    before = boot_mark("gpu01")
+    subprocess.run(["docker", "stop", "--time", "1", cluster.container_name("gpu02")], check=True,
+                   capture_output=True)
+    try:
+        assert main(["upgrade", "--inventory", LAB, "--reason", "unreachable node"]) == 1
+        document = upgrade_record(runs)
+        assert document["result"] == "stopped" and document["unreachable"] == ["gpu02"]
+        assert "(gpu02 unreachable): --max-unavailable 1" in document["detail"], document["detail"]
+        assert document["skipped"]["gpu02"].startswith("unreachable over SSH")
+        assert document["batches"] == [] and document["nodes"] == {}
+        assert slurm("gpu01").startswith("idle") and boot_mark("gpu01") == before
+    finally:
+        cluster.lab_up(LAB_NODES, LAB_GPUS, log=lambda message: None, reset_state=False)
+    # powered on again: its services come back with an apply of that node alone
+    assert main(["apply", "--inventory", LAB, "--limit", "gpu02"]) == 0
+    gpu_nodes_in_service()
 
 
 def port_down(state: dict) -> None:

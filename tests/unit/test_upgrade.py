@@ -6,7 +6,7 @@ import pytest
 
 from provisioner.errors import InputError
 from provisioner.fleet import version_changes
-from provisioner.upgrade import batch_size, next_batch, out_of_service, parse_reasons, plan_nodes
+from provisioner.upgrade import batch_size, next_batch, out_of_service, parse_reasons, plan_nodes, unavailable
 
 NODES = ["gpu01", "gpu02", "gpu03", "gpu04"]
 
@@ -46,6 +46,17 @@ def test_a_node_at_the_pins_but_not_certified_since_its_change_is_done_again():
     plan = plan_nodes(NODES, {node: {"idle"} for node in NODES}, {}, differing=set(),
                       certified_since_change=lambda node: False)
     assert plan.todo == NODES and plan.skipped == {}
+
+
+def test_an_unreachable_node_is_skipped_even_where_an_earlier_upgrade_left_it_and_counts_as_unavailable():
+    states = {node: {"idle"} for node in NODES} | {"gpu02": {"drained"}}
+    plan = plan_nodes(NODES, states, {"gpu02": "upgrade: driver 550"}, differing=set(NODES),
+                      certified_since_change=lambda node: False, unreachable=["gpu02", "gpu04"])
+    assert plan.todo == ["gpu01", "gpu03"]
+    assert all(plan.skipped[node].startswith("unreachable over SSH") for node in ("gpu02", "gpu04"))
+    # Slurm still lists gpu04 idle; it counts all the same, in inventory order, once
+    assert unavailable(states, NODES, ["gpu04", "gpu02"]) == ["gpu02", "gpu04"]
+    assert unavailable(states, NODES, []) == ["gpu02"]
 
 
 def test_batches_stay_within_max_unavailable():

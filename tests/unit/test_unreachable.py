@@ -1,0 +1,169 @@
+"""A GPU node that does not answer over SSH during an upgrade: named, left alone, never a
+partner, and counted against --max-unavailable, instead of failing the fleet read before
+anything starts. The playbook runs and the certification are stood in for (no hosts)."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from rich.console import Console
+
+import provisioner.replace as replace_module
+from provisioner.inventory import PROJECT_ROOT, Inventory, load_inventory
+from provisioner.records import SUMMARY, new_record_dir
+from provisioner.replace import StepFailed, handed_playbook
+from provisioner.runner import EXIT_FAILED, EXIT_OK, RunOutcome, RunRequest
+from provisioner.upgrade import UpgradeRequest, upgrade
+
+ANSWERING = ["gpu01", "gpu02"]
+DEAD = "gpu03"
+
+
+@pytest.fixture
+def inventory(tmp_path: Path) -> Inventory:
+    """The example inventory with a third GPU node, gpu03 (copied: its lock file lands outside the project)."""
+    copy = tmp_path / "inventory"
+    shutil.copytree(PROJECT_ROOT / "inventory" / "example", copy)
+    hosts = yaml.safe_load((copy / "hosts.yml").read_text())
+    hosts["all"]["children"]["gpu_nodes"]["children"]["h100"]["hosts"][DEAD] = {"ansible_host": "10.10.1.13"}
+    (copy / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    return load_inventory(str(copy))
+
+
+class Cluster:
+    """Stands in for run_playbook and run_certification on a cluster where gpu03 is dead: Slurm
+    still lists it idle (it has not noticed yet); SSH to it fails."""
+
+    def __init__(self) -> None:
+        self.requests: list[RunRequest] = []
+        self.certified_pairs: list[list[str]] = []
+
+    def run_playbook(self, request: RunRequest, console: Console | None = None) -> RunOutcome:
+        self.requests.append(request)
+        record = new_record_dir(request.runs_dir, request.command)
+        summary: dict[str, Any] = {"hosts": {}, "hosts_failed": [], "hosts_unreachable": [], "recorded": {}}
+        code = EXIT_OK
+        if request.playbook == "slurm_states.yml":
+            Path(request.extravars["_states_output"]).write_text(json.dumps(
+                {"sinfo": "".join(f"gpu0{n} idle\n" for n in (1, 2, 3)),
+                 "reasons": "".join(f"gpu0{n}|none\n" for n in (1, 2, 3))}))
+        if request.playbook == "fleet_versions.yml":  # gpu03 unreachable: left out of ansible_play_hosts
+            Path(request.extravars["_fleet_output"]).write_text(json.dumps({"differences": [], "nodes": ANSWERING}))
+            summary["hosts_unreachable"], code = [DEAD], EXIT_FAILED
+        (record / SUMMARY).write_text(json.dumps(summary))
+        return RunOutcome(code, record, summary)
+
+    def run_certification(self, request: Any, console: Console) -> tuple[int, Path, dict[str, Any]]:
+        self.certified_pairs.append(list(request.nodes))
+        verdicts = {node: {"certified": True} for node in request.nodes}
+        return EXIT_OK, request.runs_dir, {"certified": True, "node_verdicts": verdicts, "checks": []}
+
+    def touched(self, node: str) -> list[str]:
+        """The playbooks that were limited to the node or drained, resumed or reserved it."""
+        return [r.playbook for r in self.requests
+                if node in (r.limit or "").split(",") or node in json.dumps(r.extravars)]
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Cluster:
+    stand_in = Cluster()
+    monkeypatch.setattr(replace_module, "run_playbook", stand_in.run_playbook)
+    monkeypatch.setattr(replace_module, "run_certification", stand_in.run_certification)
+    return stand_in
+
+
+def quiet() -> Console:
+    return Console(file=io.StringIO(), width=120)
+
+
+def record_of(runs: Path) -> dict[str, Any]:
+    return json.loads(next(runs.glob("*-upgrade-steps")).joinpath("upgrade.json").read_text())
+
+
+def test_an_unreachable_node_counts_against_max_unavailable_and_stops_the_upgrade_before_it_starts(
+        inventory: Inventory, cluster: Cluster, tmp_path: Path):
+    runs = tmp_path / "runs"
+    assert upgrade(UpgradeRequest(inventory=inventory, runs_dir=runs, reason="driver 550"), quiet()) == EXIT_FAILED
+    document = record_of(runs)
+    assert document["result"] == "stopped" and document["unreachable"] == [DEAD]
+    assert "gpu03 unreachable" in document["detail"] and "--max-unavailable 1" in document["detail"]
+    assert document["skipped"][DEAD].startswith("unreachable over SSH")
+    assert document["remaining"] == ANSWERING
+    # nothing was drained, installed or built
+    assert {r.playbook for r in cluster.requests} == {"slurm_states.yml", "fleet_versions.yml"}
+
+
+def test_with_room_the_others_are_upgraded_and_the_unreachable_node_is_never_a_partner(
+        inventory: Inventory, cluster: Cluster, tmp_path: Path):
+    runs = tmp_path / "runs"
+    request = UpgradeRequest(inventory=inventory, runs_dir=runs, reason="driver 550", max_unavailable=2)
+    assert upgrade(request, quiet()) == EXIT_OK
+    document = record_of(runs)
+    assert document["result"] == "upgraded" and document["batches"] == [["gpu01"], ["gpu02"]]
+    assert document["unreachable"] == [DEAD] and DEAD in document["skipped"] and DEAD not in document["nodes"]
+    assert cluster.certified_pairs == [["gpu01", "gpu02"], ["gpu02", "gpu01"]]
+    assert cluster.touched(DEAD) == []
+    for node in ANSWERING:
+        verify = next(s for s in document["nodes"][node]["steps"] if s["name"] == "verify versions")
+        assert verify["ok"] and verify["evidence"]["nodes_compared"] == ANSWERING
+
+
+class _Answer:
+    def __init__(self, summary: dict[str, Any], writes: bool):
+        self.summary, self.writes = summary, writes
+
+    def __call__(self, request: RunRequest, console: Console | None = None) -> RunOutcome:
+        if self.writes:
+            Path(request.extravars["_fleet_output"]).write_text(json.dumps({"differences": [], "nodes": ["gpu01"]}))
+        return RunOutcome(EXIT_FAILED, new_record_dir(request.runs_dir, request.command), self.summary)
+
+
+@pytest.mark.parametrize("summary, writes, tolerate, message", [
+    # a host that failed is a failure even where unreachable ones are tolerated
+    ({"hosts": {"gpu01": {"failures": ["dpkg-query: broken"]}}, "hosts_failed": ["gpu01"],
+      "hosts_unreachable": ["gpu02"]}, True, True, "gpu01: dpkg-query: broken"),
+    # no host answered: nothing handed back
+    ({"hosts": {}, "hosts_failed": [], "hosts_unreachable": ["gpu01", "gpu02"]}, False, True, "handed nothing back"),
+    # reads that do not tolerate unreachable hosts fail on them as before
+    ({"hosts": {}, "hosts_failed": [], "hosts_unreachable": ["gpu02"]}, True, False, "exited 1"),
+], ids=["failed and unreachable", "all unreachable", "not tolerated"])
+def test_what_a_tolerant_read_still_refuses(inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            summary: dict[str, Any], writes: bool, tolerate: bool, message: str):
+    monkeypatch.setattr(replace_module, "run_playbook", _Answer(summary, writes))
+    request = UpgradeRequest(inventory=inventory, runs_dir=tmp_path / "runs")
+    with pytest.raises(StepFailed, match=message):
+        handed_playbook(request, quiet(), "upgrade-versions", "fleet_versions.yml", "_fleet_output", {},
+                        tolerate_unreachable=tolerate)
+
+
+def test_a_tolerant_read_with_only_unreachable_hosts_hands_back_what_the_others_answered(
+        inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    summary = {"hosts": {}, "hosts_failed": [], "hosts_unreachable": ["gpu02"]}
+    monkeypatch.setattr(replace_module, "run_playbook", _Answer(summary, writes=True))
+    request = UpgradeRequest(inventory=inventory, runs_dir=tmp_path / "runs")
+    handed, _ = handed_playbook(request, quiet(), "upgrade-versions", "fleet_versions.yml", "_fleet_output", {},
+                                tolerate_unreachable=True)
+    assert handed["nodes"] == ["gpu01"]
+
+
+@pytest.mark.parametrize("node, passes", [("gpu01", True), ("gpu02", False)], ids=["other unreachable", "itself"])
+def test_replace_node_compares_with_the_nodes_that_answer(inventory: Inventory, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch, node: str, passes: bool):
+    """gpu02 does not answer: replacing gpu01 compares it with the others and names gpu02; a
+    replaced node that does not answer itself fails its check."""
+    summary = {"hosts": {}, "hosts_failed": [], "hosts_unreachable": ["gpu02"]}
+    monkeypatch.setattr(replace_module, "run_playbook", _Answer(summary, writes=True))
+    request = replace_module.ReplaceRequest(inventory=inventory, node=node, runs_dir=tmp_path / "runs")
+    step = replace_module.StepRecord("verify versions", "")
+    if passes:
+        replace_module._verify_versions(request, quiet(), step)
+        assert step.evidence["unreachable"] == ["gpu02", "gpu03"] and step.evidence["nodes_compared"] == ["gpu01"]
+    else:
+        with pytest.raises(StepFailed, match="its versions could not be read"):
+            replace_module._verify_versions(request, quiet(), step)
