@@ -242,9 +242,10 @@ def check_in_service(node: str, states: dict[str, set[str]], step: StepRecord) -
         raise StepFailed(f"not in service after the resume: {', '.join(seen) or 'unknown to Slurm'}")
 
 
-def _partner(request: ReplaceRequest, console: Console, step: StepRecord) -> str:
-    """An idle GPU node other than the replaced one, waiting for one to become idle."""
-    others = [n for n in request.inventory.group("gpu_nodes") if n != request.node]
+def _partner(request: ReplaceRequest, console: Console, step: StepRecord, unreachable: list[str]) -> str:
+    """An idle GPU node other than the replaced one and those that did not answer over SSH,
+    waiting for one to become idle."""
+    others = [n for n in request.inventory.group("gpu_nodes") if n != request.node and n not in unreachable]
     if not others:
         raise StepFailed("no other GPU node to test against")
     idle, sinfo = wait_for_idle(request, console, "replace-node-states", request.node, others,
@@ -253,8 +254,8 @@ def _partner(request: ReplaceRequest, console: Console, step: StepRecord) -> str
     return idle[0]
 
 
-def _certify(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
-    partner = _partner(request, console, step)
+def _certify(request: ReplaceRequest, console: Console, step: StepRecord, unreachable: list[str]) -> None:
+    partner = _partner(request, console, step, unreachable)
     certify_in_reservation(request, console, step, "replace-node", request.node, partner, _reservation(request),
                            request.steps)
 
@@ -365,6 +366,10 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
             console.rule(f"replace-node {node}: {name}")
             run_step(current, action, save, (StepFailed, known_hosts.KnownHostsError))
 
+        def unreachable_at_verify() -> list[str]:
+            """The GPU nodes the version check found unreachable: never the partner."""
+            return next((s.evidence.get("unreachable", []) for s in steps if s.name == "verify versions"), [])
+
         def set_record(current: StepRecord, path: Path) -> None:
             current.run_record = str(path)
 
@@ -378,7 +383,7 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
             ("known hosts", fingerprints),
             ("build", lambda s: _build(request, console, s)),
             ("verify versions", lambda s: _verify_versions(request, console, s)),
-            ("certify", lambda s: _certify(request, console, s)),
+            ("certify", lambda s: _certify(request, console, s, unreachable_at_verify())),
             ("resume", lambda s: _resume(request, console, s)),
         ] if gpu_node else [
             ("known hosts", fingerprints),

@@ -43,6 +43,7 @@ class Cluster:
     def __init__(self) -> None:
         self.requests: list[RunRequest] = []
         self.certified_pairs: list[list[str]] = []
+        self.busy: set[str] = set()
 
     def run_playbook(self, request: RunRequest, console: Console | None = None) -> RunOutcome:
         self.requests.append(request)
@@ -51,7 +52,8 @@ class Cluster:
         code = EXIT_OK
         if request.playbook == "slurm_states.yml":
             Path(request.extravars["_states_output"]).write_text(json.dumps(
-                {"sinfo": "".join(f"gpu0{n} idle\n" for n in (1, 2, 3)),
+                {"sinfo": "".join(f"gpu0{n} {'allocated' if f'gpu0{n}' in self.busy else 'idle'}\n"
+                                  for n in (1, 2, 3)),
                  "reasons": "".join(f"gpu0{n}|none\n" for n in (1, 2, 3))}))
         if request.playbook == "fleet_versions.yml":  # gpu03 unreachable: left out of ansible_play_hosts
             Path(request.extravars["_fleet_output"]).write_text(json.dumps({"differences": [], "nodes": ANSWERING}))
@@ -167,3 +169,25 @@ def test_replace_node_compares_with_the_nodes_that_answer(inventory: Inventory, 
     else:
         with pytest.raises(StepFailed, match="its versions could not be read"):
             replace_module._verify_versions(request, quiet(), step)
+
+
+@pytest.mark.parametrize("busy, partner", [(set(), "gpu02"), ({"gpu02"}, None)], ids=["gpu02 idle", "gpu02 busy"])
+def test_replace_node_never_pairs_with_a_node_that_did_not_answer(
+        inventory: Inventory, cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        busy: set[str], partner: str | None):
+    """gpu03 is dead but Slurm still lists it idle: with gpu02 busy, replace-node waits for a
+    partner (here not at all) rather than certifying with gpu03."""
+    monkeypatch.setattr(replace_module.known_hosts, "refresh", lambda *args: {})
+    cluster.busy = busy
+    runs = tmp_path / "runs"
+    request = replace_module.ReplaceRequest(inventory=inventory, node="gpu01", runs_dir=runs, partner_wait_s=0)
+    code = replace_module.replace_node(request, quiet())
+    document = json.loads(next(runs.glob("*-replace-node-steps")).joinpath("replace-node.json").read_text())
+    verify = next(s for s in document["steps"] if s["name"] == "verify versions")
+    assert verify["ok"] and verify["evidence"]["unreachable"] == [DEAD]
+    if partner:
+        assert code == EXIT_OK and cluster.certified_pairs == [["gpu01", partner]]
+    else:
+        assert code == EXIT_FAILED and cluster.certified_pairs == []
+        assert document["steps"][-1]["name"] == "certify"
+        assert document["steps"][-1]["detail"].startswith("no idle healthy node to pair gpu01 with within 0 s")
