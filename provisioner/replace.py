@@ -167,9 +167,28 @@ def handed_playbook(request: StepContext, console: Console, command: str, playbo
         output = Path(scratch) / "out.json"
         record = step_playbook(request, console, command, playbook, {**extravars, key: str(output)},
                                tolerate_unreachable=tolerate_unreachable)
-        if not output.exists():  # every host it ran on was unreachable
+        if not output.exists():  # the playbook ended before handing anything (every host unreachable)
             raise StepFailed(f"{playbook} handed nothing back (no host answered)")
         return json.loads(output.read_text()), record
+
+
+@dataclass
+class FleetRead:
+    """fleet_versions.yml's answer: the differences among the GPU nodes that answered over SSH."""
+
+    differences: list[dict[str, str]]
+    compared: list[str]
+    unreachable: list[str]
+    record: Path
+
+
+def read_fleet(request: StepContext, console: Console, command: str) -> FleetRead:
+    """Every GPU node's versions compared with the pins and the fleet. A node that does not answer
+    over SSH is left out of the comparison and named, not a failed read."""
+    handed, record = handed_playbook(request, console, command, "fleet_versions.yml", "_fleet_output", {},
+                                     tolerate_unreachable=True)
+    unreachable = [node for node in request.inventory.group("gpu_nodes") if node not in handed["nodes"]]
+    return FleetRead(handed["differences"], handed["nodes"], unreachable, record)
 
 
 def drain_nodes(request: StepContext, console: Console, command: str, nodes: list[str], reason: str,
@@ -281,14 +300,12 @@ def _resume(request: ReplaceRequest, console: Console, step: StepRecord) -> None
 
 
 def _verify_versions(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
-    # A GPU node that does not answer is left out of the comparison (and named), not a failure of this one.
-    handed, record = handed_playbook(request, console, "replace-node-versions", "fleet_versions.yml",
-                                     "_fleet_output", {}, tolerate_unreachable=True)
-    step.run_record = str(record)
-    differences = handed["differences"]
-    step.evidence.update({"nodes_compared": handed["nodes"], "differences": differences,
-                          "unreachable": [n for n in request.inventory.group("gpu_nodes") if n not in handed["nodes"]]})
-    if request.node not in handed["nodes"]:
+    fleet = read_fleet(request, console, "replace-node-versions")
+    step.run_record = str(fleet.record)
+    differences = fleet.differences
+    step.evidence.update({"nodes_compared": fleet.compared, "differences": differences,
+                          "unreachable": fleet.unreachable})
+    if request.node not in fleet.compared:
         raise StepFailed("its versions could not be read")
     if differences:
         console.print(fleet_table(differences), highlight=False)

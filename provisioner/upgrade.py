@@ -8,9 +8,10 @@ it. Never more than --max-unavailable GPU nodes are out of service (drained, dow
 not responding, or not answering over SSH) when a batch starts; the batch shrinks to fit. A GPU
 node that does not answer over SSH is named and left alone, and is never a partner. The first
 batch that fails stops the rollout: its nodes stay drained with the failed step as the reason,
-the nodes after it are not touched. A new `provision upgrade` goes on where an interrupted or failed one stopped: the
-nodes it left drained come first, nodes already at the pins and certified since their last
-change are skipped. Each node's steps are recorded in the command's run record, `upgrade.json`.
+the nodes after it are not touched. A new `provision upgrade` goes on where an interrupted or
+failed one stopped: the nodes it left drained come first, nodes already at the pins and
+certified since their last change are skipped. Each node's steps are recorded in the command's
+run record, `upgrade.json`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from provisioner.lock import inventory_lock
 from provisioner.records import new_record_dir, read_summary
 from provisioner.replace import (
     REASON_LIMIT,
+    FleetRead,
     StepFailed,
     StepRecord,
     certify_in_reservation,
@@ -40,6 +42,7 @@ from provisioner.replace import (
     drain_nodes,
     exit_code_for,
     handed_playbook,
+    read_fleet,
     release_reservation,
     run_step,
     step_playbook,
@@ -202,12 +205,8 @@ class _Rollout:
                                     "_states_output", {})
         return node_states(handed["sinfo"]), parse_reasons(handed.get("reasons", ""))
 
-    def differences(self) -> tuple[list[dict[str, str]], list[str], Path]:
-        """The fleet's differences from the pins, and the GPU nodes compared: a node that does not
-        answer over SSH is left out of both (the caller names it), not a failed read."""
-        handed, record = handed_playbook(self.request, self.console, "upgrade-versions", "fleet_versions.yml",
-                                         "_fleet_output", {}, tolerate_unreachable=True)
-        return handed["differences"], handed["nodes"], record
+    def fleet(self) -> FleetRead:
+        return read_fleet(self.request, self.console, "upgrade-versions")
 
     def step(self, nodes: list[str], name: str, action: Callable[[StepRecord], None]) -> None:
         """Run one step for these nodes (one record each, the same outcome); StepFailed goes on up."""
@@ -242,13 +241,13 @@ class _Rollout:
                                             {"slurm_nodes_held_drained": nodes}, limit=",".join(nodes)))
 
     def verify_versions(self, nodes: list[str], step: StepRecord) -> None:
-        differences, compared, record = self.differences()
-        step.run_record = str(record)
-        own = [row for row in differences if row["host"] in nodes]
-        step.evidence.update({"nodes_compared": compared,
-                              "not_yet_upgraded": sorted({row["host"] for row in differences} - set(nodes)),
+        fleet = self.fleet()
+        step.run_record = str(fleet.record)
+        own = [row for row in fleet.differences if row["host"] in nodes]
+        step.evidence.update({"nodes_compared": fleet.compared,
+                              "not_yet_upgraded": sorted({row["host"] for row in fleet.differences} - set(nodes)),
                               "differences": own})
-        missing = [node for node in nodes if node not in compared]
+        missing = [node for node in nodes if node not in fleet.compared]
         if missing:
             raise StepFailed(f"versions could not be read on {', '.join(missing)}")
         if own:
@@ -262,7 +261,7 @@ class _Rollout:
         others = [n for n in self.request.inventory.group("gpu_nodes") if n not in batch and n not in self.unreachable]
         idle, sinfo = wait_for_idle(self.request, self.console, "upgrade-states", node, others,
                                     self.request.partner_wait_s)
-        differing = {row["host"] for row in self.differences()[0]}
+        differing = {row["host"] for row in self.fleet().differences}
         chosen = ([n for n in idle if n not in differing] or idle)[0]
         step.evidence.update({"partner_states": sinfo, "partner_not_yet_upgraded": chosen in differing})
         return chosen, chosen in differing
@@ -322,15 +321,15 @@ def upgrade(request: UpgradeRequest, console: Console) -> int:
         rollout = _Rollout(request, console, record, nodes)
         try:
             states, reasons = rollout.cluster()
-            differences, compared, _ = rollout.differences()
+            fleet = rollout.fleet()
         except StepFailed as error:
             rollout.document.update({"result": step_result(error), "detail": f"reading the cluster: {error}"})
             rollout.save()
             console.print(f"[red]upgrade: the cluster could not be read[/]: {error}", highlight=False)
             return exit_code_for(error)
-        differing = {row["host"] for row in differences}
+        differing = {row["host"] for row in fleet.differences}
         gpu_nodes = request.inventory.group("gpu_nodes")
-        rollout.unreachable = rollout.document["unreachable"] = [node for node in gpu_nodes if node not in compared]
+        rollout.unreachable = rollout.document["unreachable"] = fleet.unreachable
         plan = plan_nodes(nodes, states, reasons, differing,
                           lambda node: node_history(request.runs_dir, node).certified_since_change,
                           rollout.unreachable)
