@@ -169,9 +169,7 @@ def apt_names(wanted: dict[str, str]) -> list[str]:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "certify_srun_argv": certify_jobs.srun_argv,
             "certify_busy_nodes": certify_jobs.busy_nodes,
-            "certify_results": certify_jobs.results,
             "pip_pins_to_install": packages.pip_pins_to_install,
             "dpkg_query_argv": dpkg_query_argv,
             "dpkg_state": dpkg_state,

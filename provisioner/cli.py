@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--only", choices=["communication", "training"],
                          help="run one part only (default: both)")
     certify.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+    certify.add_argument("--dry-run", action="store_true",
+                         help="print the rounds, their jobs and an estimate of the wall time; touch no host")
+    certify.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     # Testing only: perturb this rank's gradients to prove the gradient-norm check works.
     certify.add_argument("--inject-grad-fault", type=int, help=argparse.SUPPRESS)
     replace = commands.add_parser("replace-node", help="rebuild a replaced machine: a GPU node (drained, certified, "
@@ -239,14 +242,23 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
-    from provisioner.certify.run import PARTS, CertifyRequest, certify
+    from provisioner.certify.run import PARTS, CertifyRequest, certify, dry_run, print_dry_run
 
+    if args.json and not args.dry_run:
+        raise InputError([InputProblem("command line", "--json", "only with --dry-run")])
     request = CertifyRequest(
         inventory=_load(args.inventory), runs_dir=runs_dir(args.runs_dir),
         nodes=[n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None,
         steps=args.steps, drain_failed=args.drain_failed, reservation=args.reservation,
         parts=(args.only,) if args.only else PARTS, inject_grad_fault=args.inject_grad_fault,
         argv=["provision", *sys.argv[1:]])
+    if args.dry_run:
+        plan = dry_run(request)
+        if args.json:
+            print(json.dumps(plan, indent=2))
+        else:
+            print_dry_run(plan, console)
+        return EXIT_OK
     return certify(request, console)
 
 

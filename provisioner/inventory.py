@@ -111,6 +111,17 @@ class ClusterVars(BaseModel):
     certification_gradient_bytes: int = Field(default=8589934592, strict=True, ge=1)
     certification_partition: str | None = None
     certification_job_time_limit: str = "0:30:00"
+    # A job whose ranks make no progress for this long is ended and the ranks that stopped
+    # first are named (NCCL initialisation on 1,000 nodes takes tens of seconds: not tripped).
+    certification_hang_timeout_s: float = Field(default=300.0, ge=10, le=86400)
+    # How often each torch rank reports its position (at most a third of the hang timeout).
+    certification_heartbeat_s: float = Field(default=10.0, ge=0.5, le=600)
+    # A rank whose median compute time per step is more than this share above the fleet's.
+    certification_straggler_percent: float = Field(default=10.0, gt=0, le=1000)
+    # srun jobs at once on the controller (a round with more waits for places).
+    certification_max_concurrent_jobs: int = Field(default=1024, strict=True, ge=1, le=100000)
+    # How often the CLI reads the driver's progress.
+    certification_poll_interval_s: float = Field(default=5.0, ge=0.5, le=60)
 
 
 @dataclass

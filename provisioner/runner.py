@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,8 @@ class RunRequest:
     forks: int | None = None
     extravars: dict[str, Any] = field(default_factory=dict)
     argv: list[str] = field(default_factory=list)
+    # Also shown every event, after the run state took it (a command's own progress).
+    on_event: Callable[[dict[str, Any]], None] | None = None
 
 
 @dataclass
@@ -198,6 +201,8 @@ def _run_locked(request: RunRequest, console: Console) -> RunOutcome:
     def on_event(event: dict[str, Any]) -> bool:
         events.write(event)
         shown = state.apply(event)
+        if request.on_event is not None:
+            request.on_event(event)
         if shown is None:
             return False
         kind, *rest = shown

@@ -1,4 +1,8 @@
-"""Criteria: each a named check with its threshold, a verdict, and the nodes it blames."""
+"""Criteria: each a named check with its threshold, a verdict, and the nodes it blames.
+
+Single-node measurements blame their node. Who is to blame for a job of several nodes is the
+schedule's word (its localisation rounds): `localised` names those nodes; a failing multi-node
+check whose nodes localisation cleared blames none of them and fails the fleet only."""
 
 from __future__ import annotations
 
@@ -11,7 +15,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner.certify.jobs import Refused, read_output, refusals
+from provisioner.certify.outputs import (
+    CPUS_MARK,
+    TRAIN_MARK,
+    Refused,
+    bucket_row,
+    gradient_row,
+    marked_objects,
+    read_output,
+    refusals,
+    row_busbw,
+    stragglers,
+    wrong_values,
+)
 from provisioner.certify.profiles import Thresholds
 from provisioner.parsers.common import ParseError
 
@@ -32,6 +48,8 @@ class Criteria:
     # Floor at the bucket size, as a share of the gradient-size floor (smaller messages reach
     # less of the link: about 85 % inside an 8-GPU NVSwitch node at 128 MiB, 70 % across nodes).
     bucket_floor_share: float = 0.6
+    # A rank whose median compute time per step is more than this share above the fleet's.
+    straggler_percent: float = 10.0
 
 
 @dataclass
@@ -55,31 +73,9 @@ def _label(scope: str, nodes: list[str]) -> str:
     return {"node": nodes[0], "all": "all nodes"}.get(scope, "+".join(nodes))
 
 
-def _gradient_row(rows: list[dict[str, Any]], gradient_bytes: int) -> dict[str, Any]:
-    """The row at the gradient size, else the largest measured (nccl-tests may reduce maxBytes)."""
-    exact = [row for row in rows if row["size_bytes"] == gradient_bytes]
-    return exact[0] if exact else max(rows, key=lambda row: row["size_bytes"])
-
-
-def _bucket_row(rows: list[dict[str, Any]], bucket_bytes: int) -> dict[str, Any]:
-    """The smallest measured size at least the bucket size, else the largest measured."""
-    above = [row for row in rows if row["size_bytes"] >= bucket_bytes]
-    return min(above, key=lambda row: row["size_bytes"]) if above else max(rows, key=lambda row: row["size_bytes"])
-
-
-def _row_busbw(row: dict[str, Any], instrument: str) -> float:
-    return row["out_of_place"]["busbw_gbps"] if instrument == "nccl-tests" else row["busbw_gbps"]
-
-
-def _busbw(facts: dict[str, Any], instrument: str, gradient_bytes: int) -> float:
-    return _row_busbw(_gradient_row(facts["rows"], gradient_bytes), instrument)
-
-
-def _wrong(facts: dict[str, Any], instrument: str) -> int:
-    if instrument == "nccl-tests":
-        values = [row[place]["wrong"] for row in facts["rows"] for place in ("out_of_place", "in_place")]
-        return sum(v for v in values if v) + int(facts.get("out_of_bounds") or 0)
-    return sum(row["wrong"] or 0 for row in facts["rows"])
+def _blamed(scope: str, nodes: list[str], localised: set[str]) -> list[str]:
+    """A node alone is its own culprit; of several, those the localisation named."""
+    return list(nodes) if scope == "node" else [node for node in nodes if node in localised]
 
 
 # NCCL INFO lines: a channel's transport ("Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA")
@@ -114,8 +110,11 @@ def _transport_problem(stdout: str, criteria: Criteria) -> str | None:
     return None
 
 
-def communication_checks(results: list[dict[str, Any]], criteria: Criteria) -> tuple[list[Check], dict]:
-    """Checks of the nccl-tests and sweep jobs; also returns the medians per measurement."""
+def communication_checks(results: list[dict[str, Any]], criteria: Criteria,
+                         localised: set[str] | None = None) -> tuple[list[Check], dict]:
+    """Checks of the nccl-tests and sweep jobs; also returns the medians per measurement.
+    localised: the nodes the schedule found at fault (None: every multi-node failure blames all
+    its nodes, as where no localisation ran)."""
     checks: list[Check] = []
     grouped: dict[tuple[str, str, tuple[str, ...]], list[dict[str, Any]]] = defaultdict(list)
     for result in results:
@@ -124,10 +123,13 @@ def communication_checks(results: list[dict[str, Any]], criteria: Criteria) -> t
     medians: dict[str, dict[tuple[str, ...], float]] = defaultdict(dict)
     for (instrument, scope, members), runs in grouped.items():
         nodes, label = list(members), _label(scope, list(members))
+        blamed = _blamed(scope, nodes, set(nodes) if localised is None else localised)
         prefix = f"{instrument}.{scope}.{'+'.join(members) if scope != 'all' else 'all'}"
         parsed, errors, refusing = [], [], set()
         for run in runs:
             try:
+                if run.get("hung"):
+                    raise ParseError(f"hung: {run.get('hung_detail') or 'no progress'}")
                 if run["rc"] != 0:
                     if found := refusals(run["stdout"]):
                         raise Refused(found)
@@ -138,39 +140,44 @@ def communication_checks(results: list[dict[str, Any]], criteria: Criteria) -> t
                 refusing.update(refusal.hosts)
             except (ParseError, ValueError, KeyError) as error:
                 errors.append(f"{run['name']}: {error}")
+        hung = [run for run in runs if run.get("hung")]
         checks.append(Check(f"{prefix}.ran", f"{instrument} ran ({label})", "communication", not errors, nodes,
-                            (sorted(refusing) or nodes) if errors else [], detail="; ".join(errors)))
+                            (sorted(refusing) or blamed) if errors else [], detail="; ".join(errors)))
+        for run in hung:
+            named = list(run.get("hung_named") or [])
+            checks.append(Check(f"{prefix}.hang", f"no rank hung ({instrument}, {label})", "communication", False,
+                                nodes, named or blamed, detail=run.get("hung_detail", "")))
         if not parsed:
             continue
-        values = [_busbw(facts, instrument, criteria.gradient_bytes) for _, facts in parsed]
+        values = [row_busbw(gradient_row(facts["rows"], criteria.gradient_bytes), instrument) for _, facts in parsed]
         median = statistics.median(values)
         medians[f"{instrument}.{scope}"][members] = median
         threshold = criteria.thresholds.intra_node_gbps if scope == "node" else criteria.thresholds.inter_node_gbps
         passed = median >= threshold
         checks.append(Check(f"{prefix}.busbw", f"{instrument} busbw at the gradient size ({label})", "communication",
-                            passed, nodes, [] if passed or scope == "all" else nodes, round(median, 3), threshold,
+                            passed, nodes, [] if passed else blamed, round(median, 3), threshold,
                             "GB/s", f"median of {len(values)}: {', '.join(f'{v:.3f}' for v in values)}; "
                                     f"threshold from {criteria.thresholds.source}"))
-        bucket_rows = [_bucket_row(facts["rows"], criteria.bucket_bytes) for _, facts in parsed]
-        bucket_values = [_row_busbw(row, instrument) for row in bucket_rows]
+        bucket_rows = [bucket_row(facts["rows"], criteria.bucket_bytes) for _, facts in parsed]
+        bucket_values = [row_busbw(row, instrument) for row in bucket_rows]
         bucket_median = statistics.median(bucket_values)
         bucket_floor = round(threshold * criteria.bucket_floor_share, 3)
         bucket_passed = bucket_median >= bucket_floor
         checks.append(Check(f"{prefix}.busbw_bucket", f"{instrument} busbw at the DDP bucket size ({label})",
-                            "communication", bucket_passed, nodes,
-                            [] if bucket_passed or scope == "all" else nodes, round(bucket_median, 3), bucket_floor,
+                            "communication", bucket_passed, nodes, [] if bucket_passed else blamed,
+                            round(bucket_median, 3), bucket_floor,
                             "GB/s", f"{bucket_rows[0]['size_bytes']} B messages (bucket "
                                     f"{criteria.bucket_bytes} B); median of {len(bucket_values)}: "
                                     f"{', '.join(f'{v:.3f}' for v in bucket_values)}; floor "
                                     f"{criteria.bucket_floor_share:.0%} of the gradient-size threshold"))
-        wrong = sum(_wrong(facts, instrument) for _, facts in parsed)
+        wrong = sum(wrong_values(facts, instrument) for _, facts in parsed)
         checks.append(Check(f"{prefix}.data", f"{instrument} results correct ({label})", "communication",
-                            wrong == 0, nodes, [] if wrong == 0 else nodes, wrong, 0, "wrong values",
+                            wrong == 0, nodes, [] if wrong == 0 else blamed, wrong, 0, "wrong values",
                             "data check: wrong elements and out-of-bounds values over every size and repeat"))
         if instrument == "nccl-tests" and criteria.fabric == "infiniband" and scope != "node":
             problems = {p for run, _ in parsed if (p := _transport_problem(run["stdout"], criteria))}
             checks.append(Check(f"{prefix}.transport", f"NCCL uses InfiniBand ({label})", "communication",
-                                not problems, nodes, [] if not problems else nodes,
+                                not problems, nodes, [] if not problems else blamed,
                                 detail="; ".join(sorted(problems)) or "NET/IB" + (" with GDRDMA"
                                                                                     if criteria.expect_gdr else "")))
     checks.extend(_variance_checks(medians, criteria))
@@ -178,17 +185,14 @@ def communication_checks(results: list[dict[str, Any]], criteria: Criteria) -> t
 
 
 def _variance_checks(medians: dict[str, dict[tuple[str, ...], float]], criteria: Criteria) -> list[Check]:
-    """Every node's and every pair's busbw within the allowed share below the fleet median."""
+    """Every node's and every pair's busbw within the allowed share below the fleet median. A
+    slow pair blames neither node here: which one is at fault is the localisation's finding."""
     checks = []
     allowed = criteria.variance_percent / 100
     for instrument in ("nccl-tests", "sweep"):
         per_node = {members[0]: value for members, value in medians.get(f"{instrument}.node", {}).items()}
-        pairs = medians.get(f"{instrument}.pair", {})
-        # A node's inter-node score: the median busbw of the pairs it is part of.
-        pair_scores = {node: statistics.median(v for m, v in pairs.items() if node in m)
-                       for node in {n for m in pairs for n in m}}
-        for kind, values in (("node", per_node), ("pair", {"+".join(m): v for m, v in pairs.items()}),
-                             ("pair-node", pair_scores)):
+        pairs = {"+".join(m): v for m, v in medians.get(f"{instrument}.pair", {}).items()}
+        for kind, values in (("node", per_node), ("pair", pairs)):
             if len(values) < 2:
                 continue
             fleet = statistics.median(values.values())
@@ -196,9 +200,8 @@ def _variance_checks(medians: dict[str, dict[tuple[str, ...], float]], criteria:
             for subject, value in sorted(values.items()):
                 deficit = (fleet - value) / fleet * 100 if fleet else 0.0
                 passed = value >= floor
-                what = {"node": "intra-node busbw", "pair": "pair busbw",
-                        "pair-node": "busbw of its pairs (median)"}[kind]
                 members = subject.split("+")
+                what = "intra-node busbw" if kind == "node" else "pair busbw"
                 checks.append(Check(f"{instrument}.variance.{kind}.{subject}",
                                     f"{instrument} {what} of {subject} within {criteria.variance_percent:g}% of the "
                                     "fleet median", "communication", passed, members,
@@ -207,96 +210,175 @@ def _variance_checks(medians: dict[str, dict[tuple[str, ...], float]], criteria:
     return checks
 
 
-def _rank_host(ranks: list[dict[str, Any]], rank: int) -> str:
-    return ranks[rank]["host"] if rank < len(ranks) else f"rank {rank}"
+def finding_checks(findings: list[dict[str, Any]], localised: set[str]) -> list[Check]:
+    """The localisation's conclusions as checks: a node named, a link, a group that fails only
+    together, a failure of scale, a suspect that could not be compared."""
+    checks = []
+    for finding in findings:
+        kind, nodes, instrument = finding["kind"], list(finding["nodes"]), finding["instrument"]
+        if finding.get("scope") in ("node", "straggler"):
+            continue  # the node's own measurement and the straggler check say it already
+        subject = "+".join(nodes) if kind != "scale" else "all"
+        names = {"node": f"{'+'.join(nodes)} located by the rounds ({instrument})",
+                 "link": f"path between {' and '.join(nodes)} ({instrument})",
+                 "group": f"{'+'.join(nodes)} fail together ({instrument})",
+                 "scale": f"{instrument} at full scale",
+                 "unresolved": f"{'+'.join(nodes)}: suspect, no known-good partner ({instrument})"}
+        checks.append(Check(f"{instrument}.{kind}.{subject}", names.get(kind, kind), "localisation", False, nodes,
+                            [node for node in nodes if node in localised], detail=finding["how"]))
+    return checks
 
 
-def training_checks(result: dict[str, Any] | None, nodes: list[str], criteria: Criteria) -> tuple[list[Check], dict]:
-    """Checks of the smoke training: it ran, loss finite and falling, steady steps, identical ranks."""
+def cpu_checks(results: list[dict[str, Any]], nodes: list[str], ranks_per_node: int,
+               node_cpus: dict[str, int]) -> tuple[list[Check], dict[str, dict[str, Any]]]:
+    """Every rank has its share of its node's CPUs (the node's Slurm CPUs divided by its ranks):
+    a job whose tasks got one CPU each would run eight ranks, their NCCL proxy threads and data
+    loading on one core. Also returns, per node, its CPUs and the rank that had the fewest."""
+    seen: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for result in results:
+        records: list[dict[str, Any]] = []
+        if result["instrument"] == "nccl-tests":
+            records = marked_objects(result.get("stdout") or "", CPUS_MARK, strict=False)
+        elif result.get("rc") == 0:
+            try:
+                facts = read_output(result["instrument"], result["stdout"])
+            except (ParseError, ValueError, KeyError):
+                continue
+            records = [r for r in (facts.get("rank_cpus") if result["instrument"] == "sweep" else facts.get("ranks"))
+                       or [] if r and "cpus" in r]
+        for record in records:
+            seen[str(record.get("host"))].append({"job": result["name"], "rank": record.get("rank"),
+                                                  "cpus": record.get("cpus"), "cpu_list": record.get("cpu_list"),
+                                                  "node_cpus": record.get("node_cpus")})
+    checks = []
+    summary: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        records = seen.get(node)
+        if not records:
+            continue
+        total = node_cpus.get(node) or max(int(r.get("node_cpus") or 0) for r in records)
+        needed = max(1, total // max(1, ranks_per_node))
+        fewest = min(records, key=lambda r: int(r.get("cpus") or 0))
+        passed = int(fewest.get("cpus") or 0) >= needed
+        summary[node] = {"node_cpus": total, "needed_per_rank": needed, "ranks_seen": len(records),
+                         "fewest": fewest}
+        checks.append(Check(f"cpus.{node}", f"ranks have their CPUs ({node})", "communication", passed, [node],
+                            [] if passed else [node], int(fewest.get("cpus") or 0), needed, "CPUs",
+                            f"{total} CPUs for {ranks_per_node} ranks; fewest: {fewest['job']} rank {fewest['rank']} "
+                            f"on CPUs {fewest.get('cpu_list')}"))
+    return checks, summary
+
+
+def training_checks(result: dict[str, Any] | None, nodes: list[str], criteria: Criteria,
+                    prefix: str = "training", title: str = "smoke training",
+                    localised: set[str] | None = None) -> tuple[list[Check], dict]:
+    """Checks of a smoke training: it ran (no rank hung or refused), loss finite and falling,
+    steady steps, no straggler, identical ranks."""
     if result is None:
         return [], {}
+    blamed_on_failure = list(nodes) if localised is None else [n for n in nodes if n in localised] or list(nodes)
     try:
-        if result["rc"] != 0 and _no_train_output(result):
+        if result.get("hung"):
+            named = list(result.get("hung_named") or [])
+            return [Check(f"{prefix}.ran", f"{title} ran", "training", False, nodes, named or blamed_on_failure,
+                          detail=f"hung: {result.get('hung_detail') or 'no progress'}"),
+                    Check(f"{prefix}.hang", f"no rank hung ({title})", "training", False, nodes,
+                          named or blamed_on_failure, detail=result.get("hung_detail", ""))], {}
+        if result["rc"] != 0 and TRAIN_MARK not in result.get("stdout", ""):
             if found := refusals(result["stdout"]):
                 raise Refused(found)
             raise ParseError(f"exit status {result['rc']}: {(result.get('stderr') or '').strip()[-400:]}")
-        ranks = read_output("train", result["stdout"])["ranks"]
+        facts = read_output("train", result["stdout"])
     except Refused as refusal:
-        return [Check("training.ran", "smoke training ran", "training", False, nodes, refusal.hosts,
+        return [Check(f"{prefix}.ran", f"{title} ran", "training", False, nodes, refusal.hosts,
                       detail=str(refusal))], {}
     except (ParseError, ValueError, KeyError) as error:
-        return [Check("training.ran", "smoke training ran", "training", False, nodes, nodes, detail=str(error))], {}
-    checks = [Check("training.ran", "smoke training ran", "training", True, nodes,
-                    detail=f"{len(ranks)} ranks, preset {ranks[0]['preset']}, backend {ranks[0]['backend']}")]
-    violation = ranks[0]["violation"]
-    steps_done = ranks[0]["steps_done"]
-    losses = [[*r["records"]["loss"]] for r in ranks]
-    mean_loss = [statistics.fmean(step) for step in zip(*losses, strict=False)]
-    finite = all(math.isfinite(v) for per_rank in losses for v in per_rank)
+        return [Check(f"{prefix}.ran", f"{title} ran", "training", False, nodes, blamed_on_failure,
+                      detail=str(error))], {}
+    ranks = facts["ranks"]
+    checks = [Check(f"{prefix}.ran", f"{title} ran", "training", True, nodes,
+                    detail=f"{facts['world']} ranks, preset {facts['preset']}, backend {facts['backend']}")]
+    violation = facts["violation"]
+    steps_done = facts["steps_done"]
+    mean_loss = facts["series"]["mean_loss"]
+    finite = all(math.isfinite(v) for v in mean_loss)
     blamed = sorted(set(violation["hosts"])) if violation and violation["check"] == "loss_finite" else []
-    checks.append(Check("training.loss_finite", "loss finite on every rank", "training", finite and not blamed,
+    checks.append(Check(f"{prefix}.loss_finite", "loss finite on every rank", "training", finite and not blamed,
                         nodes, blamed, detail=f"first non-finite loss at step {violation['step']} on ranks "
                                               f"{violation['ranks']}" if blamed else f"{steps_done} steps"))
     infinite = violation if violation and violation["check"] == "grad_norm_finite" else None
-    checks.append(Check("training.grad_norm_finite", "gradient norm finite on every rank", "training",
+    checks.append(Check(f"{prefix}.grad_norm_finite", "gradient norm finite on every rank", "training",
                         infinite is None, nodes, sorted(set(infinite["hosts"])) if infinite else [],
                         detail=(f"step {infinite['step']}: non-finite gradient norm on ranks {infinite['ranks']} "
                                 f"({', '.join(sorted(set(infinite['hosts'])))}): norms {infinite['norms']}")
                         if infinite else f"checked every step of {steps_done}"))
     grad = violation if violation and violation["check"] == "grad_norm_consistency" else None
-    checks.append(Check("training.grad_norm_consistency", "global gradient norm identical on every rank", "training",
-                        grad is None, nodes, sorted(set(grad["hosts"])) if grad else [],
+    checks.append(Check(f"{prefix}.grad_norm_consistency", "global gradient norm identical on every rank",
+                        "training", grad is None, nodes, sorted(set(grad["hosts"])) if grad else [],
                         measured=(max(grad["norms"]) - min(grad["norms"])) if grad else 0.0, threshold=0.0,
                         detail=(f"step {grad['step']}: ranks {grad['ranks']} on "
                                 f"{', '.join(sorted(set(grad['hosts'])))} differ (norms {grad['norms']}): "
                                 "silent data corruption suspect") if grad else f"checked every step of {steps_done}"))
-    completed = steps_done >= ranks[0]["steps_requested"]
+    completed = steps_done >= facts["steps_requested"]
     head = statistics.fmean(mean_loss[: min(10, len(mean_loss))])
     tail_length = max(1, len(mean_loss) // 10)
     tail = statistics.fmean(mean_loss[-tail_length:])
-    drop_min = criteria.loss_drop_min if criteria.loss_drop_min is not None else ranks[0].get("loss_drop_min", 0.5)
+    drop_min = criteria.loss_drop_min if criteria.loss_drop_min is not None else facts.get("loss_drop_min", 0.5)
     limit = head * (1 - drop_min)
     falls = completed and tail <= limit
-    checks.append(Check("training.loss_decrease", f"loss falls by at least {drop_min:.0%}", "training",
+    checks.append(Check(f"{prefix}.loss_decrease", f"loss falls by at least {drop_min:.0%}", "training",
                         falls, nodes, [], round(tail, 4), round(limit, 4), "loss",
                         f"initial {head:.4f} (first 10 steps), final {tail:.4f} (last {tail_length} steps); "
                         + ("the inventory's" if criteria.loss_drop_min is not None else
-                           f"preset {ranks[0]['preset']}'s figure for {ranks[0]['steps_requested']} steps")
-                        + ("" if completed else f"; stopped at step {steps_done} of {ranks[0]['steps_requested']}")))
+                           f"preset {facts['preset']}'s figure for {facts['steps_requested']} steps")
+                        + ("" if completed else f"; stopped at step {steps_done} of {facts['steps_requested']}")))
     warmup = min(criteria.warmup_steps, steps_done // 5)
-    step_times = [max(step) for step in zip(*(r["records"]["step_time_s"][warmup:] for r in ranks), strict=False)]
-    forward = {rank: statistics.median(r["records"]["forward_time_s"][warmup:] or [0.0])
-               for rank, r in enumerate(ranks)}
-    slowest = max(forward, key=forward.get)
+    step_times = facts["series"]["step_time_s"][warmup:]
+    by_compute = sorted(ranks, key=lambda r: r.get("compute_median_s") or 0.0)
+    slowest = by_compute[-1] if by_compute else None
     if len(step_times) >= 2:
         cv = statistics.pstdev(step_times) / statistics.fmean(step_times)
         passed = cv <= criteria.step_time_cv_max
-        checks.append(Check("training.step_time_cv", "step time steady after warm-up", "training", passed, nodes,
-                            [] if passed else [_rank_host(ranks, slowest)], round(cv, 4), criteria.step_time_cv_max,
-                            "CV", f"{len(step_times)} steps after {warmup} warm-up; mean "
-                                  f"{statistics.fmean(step_times) * 1000:.1f} ms; slowest rank {slowest} on "
-                                  f"{_rank_host(ranks, slowest)} (median forward "
-                                  f"{forward[slowest] * 1000:.1f} ms)"))
-    sums = ranks[0]["parameter_checksums"]
+        slow_text = (f"; slowest rank {slowest['rank']} on {slowest['host']} (median compute "
+                     f"{(slowest.get('compute_median_s') or 0) * 1000:.1f} ms)") if slowest else ""
+        checks.append(Check(f"{prefix}.step_time_cv", "step time steady after warm-up", "training", passed, nodes,
+                            [] if passed or not slowest else [slowest["host"]], round(cv, 4),
+                            criteria.step_time_cv_max, "CV",
+                            f"{len(step_times)} steps after {warmup} warm-up; mean "
+                            f"{statistics.fmean(step_times) * 1000:.1f} ms{slow_text}"))
+    slow = stragglers(facts, criteria.straggler_percent)
+    fleet = statistics.median(r["compute_median_s"] for r in ranks if r.get("compute_median_s")) \
+        if any(r.get("compute_median_s") for r in ranks) else 0.0
+    checks.append(Check(f"{prefix}.straggler", f"no rank computes more than {criteria.straggler_percent:g}% slower "
+                        "than the median", "training", not slow, nodes, sorted({s["host"] for s in slow}),
+                        round(max((s["above_percent"] for s in slow), default=0.0), 1), criteria.straggler_percent,
+                        "% above the median",
+                        "; ".join(f"rank {s['rank']} on {s['host']}: {s['compute_median_s'] * 1000:.1f} ms per step "
+                                  f"({s['above_percent']:.0f}% above)" for s in slow)
+                        or f"median compute {fleet * 1000:.1f} ms per step over {len(ranks)} ranks "
+                           "(forward and backward to the last gradient bucket, waits apart)"))
+    sums = facts["parameter_checksums"]
     majority = statistics.mode(sums)
     odd = [rank for rank, value in enumerate(sums) if value != majority]
-    checks.append(Check("training.parameter_checksum", "parameters identical on every rank at the end", "training",
-                        not odd, nodes, sorted({_rank_host(ranks, r) for r in odd}), len(set(sums)), 1,
+    hosts = facts.get("hosts") or [r["host"] for r in ranks]
+    checks.append(Check(f"{prefix}.parameter_checksum", "parameters identical on every rank at the end", "training",
+                        not odd, nodes, sorted({hosts[r] for r in odd if r < len(hosts)}), len(set(sums)), 1,
                         "distinct checksums", f"ranks {odd} differ" if odd else f"checksum {majority!r}"))
-    summary = {"ranks": len(ranks), "steps_done": steps_done, "steps_requested": ranks[0]["steps_requested"],
-               "preset": ranks[0]["preset"], "backend": ranks[0]["backend"], "bf16": ranks[0]["bf16"],
-               "parameters": ranks[0]["parameters"], "tokens_per_second": ranks[0]["tokens_per_second"],
-               "mfu": ranks[0]["mfu"], "peak_tflops": ranks[0].get("peak_tflops"),
-               "device_name": ranks[0].get("device_name"), "loss_drop_min": drop_min,
-               "torch_nccl_version": ranks[0].get("nccl_version"),
-               "elapsed_s": ranks[0]["elapsed_s"], "violation": violation,
-               "fault_injected": ranks[0]["fault_injected"], "mean_loss": mean_loss, "step_time_s": step_times,
-               "hosts_by_rank": [r["host"] for r in ranks]}
+    summary = {"nodes": list(nodes), "ranks": facts["world"], "steps_done": steps_done,
+               "steps_requested": facts["steps_requested"], "preset": facts["preset"], "backend": facts["backend"],
+               "bf16": facts["bf16"], "parameters": facts["parameters"],
+               "tokens_per_second": facts["tokens_per_second"], "mfu": facts["mfu"],
+               "peak_tflops": facts.get("peak_tflops"), "device_name": facts.get("device_name"),
+               "loss_drop_min": drop_min,
+               "torch_nccl_version": next((r.get("nccl_version") for r in ranks if r.get("nccl_version")), None),
+               "elapsed_s": facts["elapsed_s"], "violation": violation, "fault_injected": facts["fault_injected"],
+               "mean_loss": mean_loss, "step_time_s": step_times, "hosts_by_rank": hosts,
+               "rank_compute": [{"rank": r["rank"], "host": r["host"], "compute_median_s": r.get("compute_median_s"),
+                                 "compute_p90_s": r.get("compute_p90_s"), "wait_median_s": r.get("wait_median_s"),
+                                 "cpus": r.get("cpus"), "cpu_list": r.get("cpu_list")} for r in ranks],
+               "stragglers": slow}
     return checks, summary
 
-
-def _no_train_output(result: dict[str, Any]) -> bool:
-    return "PROVISION-TRAIN " not in result.get("stdout", "")
 
 
 def nccl_versions(results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
@@ -304,7 +386,7 @@ def nccl_versions(results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     system: dict[str, str] = {}
     torch_nccl: dict[str, str] = {}
     for result in results:
-        if result.get("rc") != 0:
+        if result.get("rc") != 0 or result.get("hung"):
             continue
         try:
             facts = read_output(result["instrument"], result["stdout"])
@@ -314,15 +396,19 @@ def nccl_versions(results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
             system.update(dict.fromkeys(result["nodes"], facts["nccl_version"]))
         elif result["instrument"] == "train":
             torch_nccl.update({rank["host"]: rank["nccl_version"] for rank in facts["ranks"]
-                               if rank.get("nccl_version")})
+                               if rank and rank.get("nccl_version")})
     return {"system": dict(sorted(system.items())), "torch": dict(sorted(torch_nccl.items()))}
 
 
-def node_verdicts(checks: list[Check], nodes: list[str]) -> dict[str, dict[str, Any]]:
-    """Per node: failed if any check blames it, with those checks' ids."""
+def node_verdicts(checks: list[Check], nodes: list[str],
+                  localised: dict[str, list[str]] | None = None) -> dict[str, dict[str, Any]]:
+    """Per node: failed if any check blames it, with those checks' ids; a node the schedule
+    named without a check to say so fails with its reason."""
     verdicts = {}
     for node in nodes:
         failed = [check.id for check in checks if not check.passed and node in check.blamed]
+        if not failed and node in (localised or {}):
+            failed = [f"schedule: {why}" for why in localised[node]]
         verdicts[node] = {"certified": not failed, "failed_checks": failed}
     return verdicts
 
@@ -332,7 +418,7 @@ def measurement_curves(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     grouped: dict[tuple[str, str, tuple[str, ...]], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for result in results:
         instrument = result["instrument"]
-        if instrument not in ("nccl-tests", "sweep") or result["rc"] != 0:
+        if instrument not in ("nccl-tests", "sweep") or result["rc"] != 0 or result.get("hung"):
             continue
         try:
             facts = read_output(instrument, result["stdout"])

@@ -6,6 +6,7 @@ import html
 import io
 import json
 import xml.etree.ElementTree as ET
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,61 @@ def _training_plots(training: dict[str, Any]) -> list[str]:
     return plots
 
 
+def _timeline_plot(rounds: list[dict[str, Any]]) -> str | None:
+    """The rounds as bars over time: what ran when, the localisation rounds apart, and the
+    rounds where a job failed marked."""
+    timed = [r for r in rounds if r.get("start") and r.get("end")]
+    if not timed:
+        return None
+    origin = datetime.fromisoformat(timed[0]["start"])
+    figure, axis = plt.subplots(figsize=(9, 0.45 * len(timed) + 1.2))
+    for row, round_ in enumerate(timed):
+        begin = (datetime.fromisoformat(round_["start"]) - origin).total_seconds()
+        width = max(0.5, (datetime.fromisoformat(round_["end"]) - origin).total_seconds() - begin)
+        failed = sum(job["status"] != "ok" for job in round_["jobs"])
+        colour = "#d9534f" if failed else ("#f0ad4e" if round_["kind"] == "localise" else "#5cb85c")
+        axis.barh(row, width, left=begin, color=colour)
+        label = f"{round_['name']} ({len(round_['jobs'])} job{'s' if len(round_['jobs']) > 1 else ''}"
+        label += f", {failed} failed)" if failed else ")"
+        axis.text(begin + width + 0.5, row, label, va="center", fontsize="small")
+    axis.set_yticks(range(len(timed)), [str(n) for n in range(1, len(timed) + 1)])
+    axis.invert_yaxis()
+    axis.set_xlabel("seconds since the first round started")
+    axis.set_ylabel("round")
+    axis.set_title("rounds: green the schedule, orange localisation, red a job failed or hung")
+    axis.grid(True, axis="x", alpha=0.3)
+    axis.set_xlim(right=axis.get_xlim()[1] * 1.6)
+    return _svg(figure)
+
+
+def _rounds_section(document: dict[str, Any]) -> str:
+    rounds = document.get("rounds") or []
+    if not rounds:
+        return ""
+    rows = []
+    for number, round_ in enumerate(rounds, 1):
+        bad = [job for job in round_["jobs"] if job["status"] != "ok" or job.get("stragglers")]
+        detail = "; ".join(f"{job['name']}: {job['status']}{' ' + job['reason'] if job.get('reason') else ''}"
+                           + (f" (names {', '.join(job['named'] or job['stragglers'])})"
+                              if job.get("named") or job.get("stragglers") else "") for job in bad[:20])
+        more = f"; and {len(bad) - 20} more" if len(bad) > 20 else ""
+        rows.append(f"<tr class='{'fail' if bad else 'pass'}'><td>{number}</td><td>{html.escape(round_['kind'])}</td>"
+                    f"<td>{html.escape(round_['name'])}</td><td>{len(round_['jobs'])}</td>"
+                    f"<td>{round_['duration_s']:.0f} s</td><td>{html.escape(detail + more)}</td></tr>")
+    findings = "".join(f"<li><b>{html.escape(f['kind'])}</b> {html.escape(', '.join(f['nodes']))} "
+                       f"({html.escape(f['instrument'])}): {html.escape(f['how'])}</li>"
+                       for f in document.get("findings") or [])
+    excluded = "".join(f"<li>{html.escape(node)}: left out from round \"{html.escape(name)}\" on</li>"
+                       for node, name in (document.get("excluded") or {}).items())
+    schedule = document.get("schedule") or {}
+    return (f"<h2>Rounds</h2><p>{schedule.get('base_rounds', 0)} rounds of the schedule, "
+            f"{schedule.get('localise_rounds', 0)} to localise; the jobs of a round ran at the same time.</p>"
+            "<table><tr><th>#</th><th>kind</th><th>round</th><th>jobs</th><th>took</th><th>failed or lagging</th>"
+            f"</tr>{''.join(rows)}</table>"
+            + (f"<h2>How the culprits were found</h2><ul>{findings}</ul>" if findings else "")
+            + (f"<p>Named nodes were left out of the rounds after:</p><ul>{excluded}</ul>" if excluded else ""))
+
+
 def write_html(path: Path, document: dict[str, Any]) -> Path:
     verdict = "CERTIFIED" if document["certified"] else "NOT CERTIFIED"
     rows = "".join(
@@ -108,7 +164,9 @@ def write_html(path: Path, document: dict[str, Any]) -> Path:
                     f"<td>{html.escape(', '.join(v['failed_checks']))}</td></tr>"
                     for n, v in document["node_verdicts"].items())
     bandwidth = [_bandwidth_plot(document["curves"], instrument) for instrument in ("nccl-tests", "sweep")]
-    plots = [p for p in bandwidth if p] + _training_plots(document.get("training", {}))
+    timeline = _timeline_plot(document.get("rounds") or [])
+    plots = ([timeline] if timeline else []) + [p for p in bandwidth if p] + _training_plots(
+        document.get("training", {}))
     training = document.get("training", {})
     speed = ""
     if training:
@@ -132,7 +190,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;font-size:90%}} .fail{{background:#
         document['thresholds']['source'])} (intra-node {document['thresholds']['intra_node_gbps']} GB/s, inter-node
  {document['thresholds']['inter_node_gbps']} GB/s).</p>
 <h2>Nodes</h2><table><tr><th>node</th><th>verdict</th><th>failed checks</th></tr>{nodes}</table>
-{speed}{nccl}
+{speed}{nccl}{_rounds_section(document)}
 <h2>Checks</h2><table><tr><th></th><th>check</th><th>blamed</th><th>measured</th><th>threshold</th><th>detail</th></tr>
 {rows}</table>
 <h2>Plots</h2>{''.join(f'<div>{p}</div>' for p in plots)}

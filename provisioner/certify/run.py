@@ -1,9 +1,13 @@
-"""provision certify: plan the jobs, run them through Slurm, judge them, report, drain on request."""
+"""provision certify: plan the rounds, run them through Slurm from the controller, judge them,
+report, drain on request."""
 
 from __future__ import annotations
 
+import json
+import tarfile
 import tempfile
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,13 +16,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from provisioner.certify import criteria, jobs, report
-from provisioner.certify.profiles import ProfileError, Thresholds, thresholds
+from provisioner.certify import bundle, criteria, report
+from provisioner.certify.profiles import ProfileError, Thresholds, durations_s, thresholds
+from provisioner.certify.progress import CertifyProgress
+from provisioner.certify.schedule import Round, base_rounds, estimate_s
 from provisioner.errors import InputError, InputProblem
 from provisioner.inventory import Inventory
-from provisioner.runner import EXIT_FAILED, EXIT_OK, RunRequest, run_playbook
+from provisioner.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
 
 PARTS = ("communication", "training")
+REPEATS = 3
+# Checks printed in full on the terminal up to this many; beyond, the failing ones only.
+CHECKS_SHOWN = 60
 
 
 @dataclass
@@ -84,14 +93,113 @@ def build_criteria(inventory: Inventory, nodes: list[str]) -> criteria.Criteria:
         warmup_steps=cluster.certification_warmup_steps, fabric=cluster.fabric,
         bucket_bytes=int(cluster.certification_ddp_bucket_mb * (1 << 20)),
         bucket_floor_share=cluster.certification_bucket_floor_share,
+        straggler_percent=cluster.certification_straggler_percent,
         expect_gdr=bool(inventory.hostvars[nodes[0]].get("certification_expect_gdr", True)))
 
 
+def _steps(request: CertifyRequest) -> int:
+    steps = request.steps if request.steps is not None else request.inventory.cluster.certification_steps
+    if steps < 1:
+        raise InputError([InputProblem("command line", "--steps", "must be at least 1")])
+    return steps
+
+
+def training_args(request: CertifyRequest) -> list[str]:
+    cluster = request.inventory.cluster
+    args = ["--preset", cluster.certification_preset, "--steps", str(_steps(request)),
+            "--bucket-mb", f"{cluster.certification_ddp_bucket_mb:g}",
+            "--warmup-steps", str(cluster.certification_warmup_steps)]
+    if request.inject_grad_fault is not None:
+        args += ["--inject-grad-fault", str(request.inject_grad_fault)]
+    return args
+
+
+def _check_timing(inventory: Inventory) -> None:
+    cluster = inventory.cluster
+    if cluster.certification_heartbeat_s * 3 > cluster.certification_hang_timeout_s:
+        raise _problem(inventory, "certification_heartbeat_s",
+                       f"{cluster.certification_heartbeat_s:g} s is more than a third of "
+                       f"certification_hang_timeout_s ({cluster.certification_hang_timeout_s:g} s): a rank "
+                       "that only waits would look hung")
+
+
+def planned_rounds(request: CertifyRequest) -> tuple[list[str], list[Round]]:
+    """The nodes and the rounds of a healthy run (validating the request on the way)."""
+    inventory = request.inventory
+    nodes = selected_nodes(inventory, request.nodes)
+    if not nodes:
+        raise _problem(inventory, "gpu_nodes", "no GPU nodes to certify")
+    fleet_thresholds(inventory, nodes)
+    _check_timing(inventory)
+    return nodes, base_rounds(nodes, request.parts, ranks_per_node(inventory, nodes[0]), REPEATS,
+                              training_args(request))
+
+
+def last_durations(inventory: Inventory, runs_dir: Path) -> tuple[dict[str, float], str] | None:
+    """Median seconds per run of each instrument in the inventory's newest certification.json."""
+    records = sorted(runs_dir.glob("*-certify/certification.json"), reverse=True) if runs_dir.is_dir() else []
+    for path in records:
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if document.get("inventory") != inventory.name:
+            continue
+        seconds: dict[str, list[float]] = {}
+        for job in document.get("jobs", []):
+            if job.get("start") and job.get("end") and job.get("rc") == 0:
+                began, ended = (datetime.fromisoformat(job[key]) for key in ("start", "end"))
+                seconds.setdefault(job["instrument"], []).append((ended - began).total_seconds())
+        if seconds:
+            medians = {k: sorted(v)[len(v) // 2] for k, v in seconds.items()}
+            return medians, f"measured: {path.parent.name}/certification.json"
+    return None
+
+
+def dry_run(request: CertifyRequest) -> dict[str, Any]:
+    """The rounds a healthy run takes and an estimate of its wall time; touches no host."""
+    nodes, rounds = planned_rounds(request)
+    cluster = request.inventory.cluster
+    measured = last_durations(request.inventory, request.runs_dir)
+    defaults, source = durations_s(cluster.certification_profile, cluster.certification_preset, len(nodes),
+                                   _steps(request))
+    durations = {**defaults, **(measured[0] if measured else {})}
+    if measured:
+        source = f"{measured[1]} ({', '.join(sorted(measured[0]))}); otherwise {source}"
+    return {
+        "inventory": request.inventory.name, "nodes": nodes, "parts": list(request.parts),
+        "rounds": [[{"instrument": job.instrument, "scope": job.scope, "nodes": job.nodes, "repeats": job.repeats}
+                    for job in round_.jobs] for round_ in rounds],
+        "round_names": [round_.name for round_ in rounds],
+        "estimate_s": round(estimate_s(rounds, durations), 1),
+        "durations_s": durations, "durations_source": source,
+        "note": "a healthy fleet's rounds; a failure adds localisation rounds (at most about log2 of the nodes)",
+    }
+
+
+def print_dry_run(plan: dict[str, Any], console: Console) -> None:
+    console.print(f"certification of {len(plan['nodes'])} GPU node(s), inventory {plan['inventory']}: "
+                  f"{len(plan['rounds'])} rounds", highlight=False)
+    for number, (name, jobs) in enumerate(zip(plan["round_names"], plan["rounds"], strict=True), 1):
+        shown = ", ".join("+".join(job["nodes"]) if job["scope"] != "all" else f"all {len(job['nodes'])} nodes"
+                          for job in jobs[:6])
+        more = f", ... ({len(jobs)} jobs)" if len(jobs) > 6 else ""
+        repeats = f" x{jobs[0]['repeats']}" if jobs[0]["repeats"] > 1 else ""
+        console.print(f"  {number}. {name}{repeats}: {shown}{more}", highlight=False, soft_wrap=True)
+    console.print(f"estimate: {plan['estimate_s'] / 60:.1f} min ({plan['durations_source']}: "
+                  + ", ".join(f"{k} {v:g} s" for k, v in sorted(plan["durations_s"].items())) + " per run)",
+                  highlight=False, soft_wrap=True)
+    console.print(plan["note"], highlight=False)
+
+
 def _print_checks(console: Console, checks: list[criteria.Check]) -> None:
-    table = Table(title="certification checks", title_justify="left")
+    shown = checks if len(checks) <= CHECKS_SHOWN else [check for check in checks if not check.passed]
+    title = "certification checks" if shown is checks else (
+        f"certification checks: the {len(shown)} failing of {len(checks)} (all in certification.json)")
+    table = Table(title=title, title_justify="left")
     for column in ("", "check", "blamed", "measured", "threshold"):
         table.add_column(column)
-    for check in checks:
+    for check in shown:
         measured = "" if check.measured is None else f"{check.measured} {check.unit}".strip()
         table.add_row("[green]pass[/]" if check.passed else "[red]FAIL[/]", check.name, ", ".join(check.blamed),
                       measured, "" if check.threshold is None else str(check.threshold))
@@ -117,70 +225,173 @@ def certify(request: CertifyRequest, console: Console) -> int:
     return run_certification(request, console)[0]
 
 
+def _driver_plan(request: CertifyRequest, nodes: list[str], judge: criteria.Criteria, run_id: str) -> dict[str, Any]:
+    cluster = request.inventory.cluster
+    defaults, _ = durations_s(cluster.certification_profile, cluster.certification_preset, len(nodes), _steps(request))
+    measured = last_durations(request.inventory, request.runs_dir)
+    return {
+        "run_id": run_id, "nodes": nodes, "parts": list(request.parts),
+        "ranks_per_node": ranks_per_node(request.inventory, nodes[0]), "repeats": REPEATS,
+        "training_args": training_args(request),
+        "limits": {"intra_node_gbps": judge.thresholds.intra_node_gbps,
+                   "inter_node_gbps": judge.thresholds.inter_node_gbps,
+                   "variance_percent": judge.variance_percent},
+        "gradient_bytes": judge.gradient_bytes, "straggler_percent": judge.straggler_percent,
+        "hang_timeout_s": cluster.certification_hang_timeout_s, "heartbeat_s": cluster.certification_heartbeat_s,
+        "max_concurrent": cluster.certification_max_concurrent_jobs,
+        "durations_s": {**defaults, **(measured[0] if measured else {})},
+    }
+
+
+def _playbook(request: CertifyRequest, console: Console, playbook: str, extravars: dict[str, Any],
+              progress: CertifyProgress | None = None) -> Any:
+    return run_playbook(RunRequest(command="certify", playbook=playbook, inventory=request.inventory,
+                                   runs_dir=request.runs_dir, extravars=extravars, argv=request.argv or [],
+                                   on_event=progress.on_event if progress else None), console)
+
+
+def _iso(epoch: float | None) -> str | None:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds") if epoch else None
+
+
+def read_archive(archive: Path, record: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The driver's results and every run of every job (its output read from the archive,
+    which stays in the run record as certification-outputs/)."""
+    target = record / "certification-outputs"
+    with tarfile.open(archive) as tar:
+        tar.extractall(target, filter="data")
+    results = json.loads((target / "results.json").read_text())
+    runs = []
+    for number, round_ in enumerate(results["rounds"]):
+        for entry in round_["jobs"]:
+            job = entry["job"]
+            for run in entry["runs"]:
+                runs.append({
+                    "name": f"{job['name']} #{run['repeat']}", "instrument": job["instrument"], "scope": job["scope"],
+                    "nodes": job["nodes"], "repeat": run["repeat"], "args": job["args"], "round": number,
+                    "rc": run.get("rc", -1), "start": _iso(run.get("start")), "end": _iso(run.get("end")),
+                    "hung": bool(run.get("hung")), "hung_named": run.get("hung_named") or [],
+                    "hung_detail": run.get("hung_detail", ""),
+                    "stdout": (target / run["stdout_file"]).read_text(errors="replace"),
+                    "stderr": (target / run["stderr_file"]).read_text(errors="replace"),
+                    "stdout_file": f"certification-outputs/{run['stdout_file']}",
+                    "stderr_file": f"certification-outputs/{run['stderr_file']}"})
+    return results, runs
+
+
+def _rounds_for_report(results: dict[str, Any]) -> list[dict[str, Any]]:
+    rounds = []
+    for round_ in results["rounds"]:
+        rounds.append({"name": round_["name"], "kind": round_["kind"], "start": _iso(round_["start"]),
+                       "end": _iso(round_["end"]), "duration_s": round((round_["end"] or round_["start"])
+                                                                        - round_["start"], 1),
+                       "jobs": [{"name": entry["job"]["name"], "instrument": entry["job"]["instrument"],
+                                 "scope": entry["job"]["scope"], "nodes": entry["job"]["nodes"],
+                                 "purpose": entry["job"].get("purpose", ""), "runs": len(entry["runs"]),
+                                 **entry["outcome"]} for entry in round_["jobs"]]})
+    return rounds
+
+
 def run_certification(request: CertifyRequest, console: Console) -> tuple[int, Path | None, dict[str, Any] | None]:
     """The certification's exit code, run record and certification.json document (None where no job ran)."""
     inventory = request.inventory
-    nodes = selected_nodes(inventory, request.nodes)
-    if not nodes:
-        raise _problem(inventory, "gpu_nodes", "no GPU nodes to certify")
+    nodes, _ = planned_rounds(request)
     judge = build_criteria(inventory, nodes)
-    steps = request.steps if request.steps is not None else inventory.cluster.certification_steps
-    if steps < 1:
-        raise InputError([InputProblem("command line", "--steps", "must be at least 1")])
-    planned = jobs.plan(nodes, repeats=3, steps=steps, preset=inventory.cluster.certification_preset,
-                        inject_grad_fault=request.inject_grad_fault, parts=request.parts,
-                        bucket_mb=inventory.cluster.certification_ddp_bucket_mb,
-                        ranks_per_node=ranks_per_node(inventory, nodes[0]))
+    run_id = uuid.uuid4().hex[:10]
     started, clock = datetime.now(UTC), time.monotonic()
+    progress = CertifyProgress(console)
     with tempfile.TemporaryDirectory(prefix="provision-certify-") as scratch:
-        output = Path(scratch) / "jobs.json"
-        outcome = run_playbook(RunRequest(
-            command="certify", playbook="certify.yml", inventory=inventory, runs_dir=request.runs_dir,
-            extravars={"_certify_nodes": nodes, "_certify_jobs": jobs.as_dicts(planned),
-                       "_certify_output": str(output), "_certify_reservation": request.reservation or "",
-                       "_certify_version_exempt": list(request.version_exempt)},
-            argv=request.argv or []), console)
-        handed = criteria.json_file(output)
-    if handed is None:
-        console.print("[red]certification did not run[/]: the playbook stopped before the jobs (see above)")
-        return outcome.exit_code or EXIT_FAILED, outcome.record, None
-    if "refused" in handed:
-        reasons = handed.get("busy") or [f"{d['host']}: {d['component']} {d['found']} (expected {d['expected']})"
-                                          for d in handed.get("differences", [])]
-        console.print(f"[red]certification refused[/]: {handed['refused']}", highlight=False)
-        for reason in reasons:
-            console.print(f"  {reason}", highlight=False)
-        return EXIT_FAILED, outcome.record, None
-    results = handed["results"]
-    checks, medians = criteria.communication_checks(results, judge)
-    training_result = next((r for r in results if r["instrument"] == "train"), None)
-    training_checks, training = criteria.training_checks(training_result, nodes, judge)
-    checks += training_checks
-    verdicts = criteria.node_verdicts(checks, nodes)
-    certified = all(check.passed for check in checks) and bool(checks) and request.inject_grad_fault is None
+        output, archive = Path(scratch) / "refusal.json", Path(scratch) / "outputs.tar.gz"
+        extravars = {"_certify_nodes": nodes, "_certify_plan": _driver_plan(request, nodes, judge, run_id),
+                     "_certify_bundle": str(bundle.build(Path(scratch) / "driver.pyz")),
+                     "_certify_output": str(output), "_certify_archive": str(archive),
+                     "_certify_reservation": request.reservation or "",
+                     "_certify_version_exempt": list(request.version_exempt)}
+        outcome = _playbook(request, console, "certify.yml", extravars, progress)
+        interrupted = outcome.exit_code == EXIT_INTERRUPTED
+        if interrupted or (not archive.exists() and not output.exists()):
+            # The driver may still be running on the controller: stop it, keep what ran.
+            console.print("[yellow]stopping the certification's jobs on the controller[/]")
+            _playbook(request, console, "certify_cancel.yml", {"_certify_run_id": run_id,
+                                                               "_certify_archive": str(archive)})
+        refusal = criteria.json_file(output)
+        record = outcome.record
+        if refusal is not None:
+            reasons = refusal.get("busy") or [f"{d['host']}: {d['component']} {d['found']} (expected "
+                                              f"{d['expected']})" for d in refusal.get("differences", [])]
+            console.print(f"[red]certification refused[/]: {refusal['refused']}", highlight=False)
+            for reason in reasons:
+                console.print(f"  {reason}", highlight=False)
+            return EXIT_FAILED, record, None
+        if not archive.exists():
+            console.print("[red]certification did not run[/]: the playbook stopped before the jobs (see above)")
+            return (EXIT_INTERRUPTED if interrupted else outcome.exit_code or EXIT_FAILED), record, None
+        results, runs = read_archive(archive, record)
+    document = judge_and_report(request, nodes, judge, results, runs, record, started, time.monotonic() - clock,
+                                interrupted or bool(results.get("interrupted")), console)
+    if request.drain_failed and not interrupted:
+        _drain(request, document["node_verdicts"], console)
+    if interrupted:
+        return EXIT_INTERRUPTED, record, document
+    return (EXIT_OK if document["certified"] else EXIT_FAILED), record, document
+
+
+def judge_and_report(request: CertifyRequest, nodes: list[str], judge: criteria.Criteria, results: dict[str, Any],
+                     runs: list[dict[str, Any]], record: Path, started: datetime, duration: float,
+                     interrupted: bool, console: Console) -> dict[str, Any]:
+    """Checks, verdicts, certification.json/junit/html, and the verdict on screen."""
+    inventory = request.inventory
+    localised = set(results.get("blamed") or {})
+    checks, medians = criteria.communication_checks(runs, judge, localised)
+    checks += criteria.finding_checks(results.get("findings") or [], localised)
+    cpu_checks, cpus = criteria.cpu_checks(runs, nodes, ranks_per_node(inventory, nodes[0]),
+                                           results.get("node_cpus") or {})
+    checks += cpu_checks
+    trainings = []
+    for number, run in enumerate(r for r in runs if r["instrument"] == "train"):
+        prefix, title = ("training", "smoke training") if number == 0 else (
+            f"training.{number}", f"smoke training #{number + 1} ({run['scope']}, {'+'.join(run['nodes'])})")
+        training_checks, summary = criteria.training_checks(run, run["nodes"], judge, prefix, title, localised)
+        checks += training_checks
+        if summary:
+            trainings.append(summary)
+    verdicts = criteria.node_verdicts(checks, nodes, results.get("blamed") or {})
+    certified = (all(check.passed for check in checks) and bool(checks) and request.inject_grad_fault is None
+                 and not interrupted)
     document = {
         "cluster": inventory.cluster.cluster_name, "inventory": inventory.name, "nodes": nodes,
-        "started": started.isoformat(timespec="seconds"), "duration_s": round(time.monotonic() - clock, 1),
-        "certified": certified, "parts": list(request.parts), "thresholds": asdict(judge.thresholds),
+        "started": started.isoformat(timespec="seconds"), "duration_s": round(duration, 1),
+        "certified": certified, "interrupted": interrupted, "parts": list(request.parts),
+        "thresholds": asdict(judge.thresholds),
         "criteria": {k: v for k, v in asdict(judge).items() if k != "thresholds"},
+        "hang_timeout_s": inventory.cluster.certification_hang_timeout_s,
         "fault_injected": request.inject_grad_fault is not None,
         "node_verdicts": verdicts, "checks": [check.as_dict() for check in checks], "medians_gbps": medians,
-        "curves": criteria.measurement_curves(results), "training": training,
-        "nccl_versions": criteria.nccl_versions(results),
-        "jobs": [{k: r[k] for k in ("name", "instrument", "scope", "nodes", "rc", "start", "end")} for r in results],
-        "raw_outputs": [{"name": r["name"], "stdout": r["stdout"], "stderr": r["stderr"]} for r in results],
+        "schedule": {"base_rounds": sum(r["kind"] == "base" for r in results["rounds"]),
+                     "localise_rounds": sum(r["kind"] != "base" for r in results["rounds"])},
+        "rounds": _rounds_for_report(results), "findings": results.get("findings") or [],
+        "localised": results.get("blamed") or {}, "excluded": results.get("excluded") or {},
+        "cpus": cpus, "node_cpus": results.get("node_cpus") or {},
+        "curves": criteria.measurement_curves(runs), "training": trainings[0] if trainings else {},
+        "trainings": trainings, "nccl_versions": criteria.nccl_versions(runs),
+        "jobs": [{k: r[k] for k in ("name", "instrument", "scope", "nodes", "round", "rc", "start", "end", "hung")}
+                 for r in runs],
+        "raw_outputs": [{k: r[k] for k in ("name", "stdout_file", "stderr_file")} for r in runs],
     }
-    record = outcome.record
     report.write_json(record / "certification.json", document)
     report.write_junit(record / "certification.junit.xml", document)
     report.write_html(record / "certification.html", document)
     _print_checks(console, checks)
+    for finding in document["findings"]:
+        console.print(f"[red]{finding['kind']}[/] {', '.join(finding['nodes'])} ({finding['instrument']}): "
+                      f"{finding['how']}", highlight=False, soft_wrap=True)
+    schedule = document["schedule"]
+    console.print(f"{len(document['rounds'])} rounds ({schedule['base_rounds']} of the schedule, "
+                  f"{schedule['localise_rounds']} to localise) in {duration / 60:.1f} min", highlight=False)
     for node, verdict in verdicts.items():
         failed = ", ".join(verdict["failed_checks"])
         state = "[green]certified[/]" if verdict["certified"] else f"[red]FAILED[/] {failed}"
         console.print(f"{node}: {state}", highlight=False)
-    console.print(f"{'[green]CERTIFIED' if certified else '[red]NOT CERTIFIED'}[/]; report: "
-                  f"{record / 'certification.html'}", highlight=False)
-    if request.drain_failed:
-        _drain(request, verdicts, console)
-    return EXIT_OK if certified else EXIT_FAILED, record, document
+    word = "[yellow]INTERRUPTED" if interrupted else ("[green]CERTIFIED" if certified else "[red]NOT CERTIFIED")
+    console.print(f"{word}[/]; report: {record / 'certification.html'}", highlight=False)
+    return document

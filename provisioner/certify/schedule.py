@@ -103,6 +103,9 @@ class Finding:
     nodes: list[str]
     instrument: str
     how: str
+    # node: judged alone on the node; straggler: named by the training's compute times;
+    # rounds: by the pairs, the localisation or a job that named it
+    scope: str = "rounds"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -198,7 +201,8 @@ class Scheduler:
             if outcome.stragglers:
                 self._blame(outcome.stragglers, f"straggler in {outcome.job.name}")
                 self.findings.append(Finding("node", list(outcome.stragglers), outcome.job.instrument,
-                                             f"straggler: {outcome.reason or 'computes slower than the others'}"))
+                                             f"straggler: {outcome.reason or 'computes slower than the others'}",
+                                             "straggler"))
         self._inbox = outcomes
 
     # ---- helpers -----------------------------------------------------------------------
@@ -292,7 +296,7 @@ class Scheduler:
             if self._bad(outcome, median):
                 how = f"{outcome.job.instrument} alone on the node: {self._describe(outcome, median)}"
                 self._blame(outcome.job.nodes, how)
-                self.findings.append(Finding("node", list(outcome.job.nodes), outcome.job.instrument, how))
+                self.findings.append(Finding("node", list(outcome.job.nodes), outcome.job.instrument, how, "node"))
 
     def _localise_pairs(self, outcomes: list[JobOutcome]) -> Generator[Round, list[JobOutcome], None]:
         median = self._median(outcomes)

@@ -9,6 +9,7 @@ tree (provisioner/lab/nccl-tests-src), whose build leaves an all_reduce_perf tha
 
 from __future__ import annotations
 
+import hashlib
 import io
 import shutil
 import subprocess
@@ -46,6 +47,16 @@ def build_wheelhouse(cache: Path, log=print) -> Path:
         raise EngineError(f"pip download of the certification wheelhouse failed: {result.stderr.strip()[-800:]}")
     stamp.touch()
     return cache
+
+
+def nccl_tests_version() -> str:
+    """The stand-in's version: NVIDIA's release it mimics, and its own source's digest (nodes
+    build into a folder per version, so a changed stand-in is built again)."""
+    digest = hashlib.sha256()
+    for path in sorted(NCCL_TESTS_SOURCE.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.name.encode() + path.read_bytes())
+    return f"2.17.8+lab.{digest.hexdigest()[:8]}"
 
 
 def nccl_tests_tarball() -> bytes:

@@ -350,7 +350,7 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "certification_pip_find_links": f"http://{REPO}:{REPO_PORT}/{certify_files.WHEELHOUSE}/",
         "certification_pip_extra_args": f"--trusted-host {REPO}",
         "certification_nccl_tests_source": f"http://{REPO}:{REPO_PORT}/{certify_files.NCCL_TESTS_TARBALL}",
-        "certification_nccl_tests_version": "2.17.8+lab",
+        "certification_nccl_tests_version": certify_files.nccl_tests_version(),
         "certification_nccl_tests_make_vars": {},
         # The CUDA compiler and NCCL from the lab repository (stand-ins at the real names and
         # versions); OpenMPI and PMIx are Debian's own, as in production.

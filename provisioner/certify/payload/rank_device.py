@@ -1,15 +1,18 @@
 """The device of a torchrun rank, shared by the sweep and the smoke trainer (installed beside them)."""
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import socket
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
 
 REFUSED_MARK = "PROVISION-REFUSED "
+HEARTBEAT_MARK = "PROVISION-HEARTBEAT "
 # Exit status of a rank that refuses to run (no GPU for it where the node has GPUs).
 EXIT_REFUSED = 3
 
@@ -63,14 +66,78 @@ def device_for_rank(require_cuda: bool = False) -> torch.device:
     return torch.device("cpu")
 
 
+def hang_timeout() -> datetime.timedelta | None:
+    """The certification's hang timeout (CERTIFY_HANG_TIMEOUT_S), None for torch's default."""
+    seconds = float(os.environ.get("CERTIFY_HANG_TIMEOUT_S") or 0)
+    return datetime.timedelta(seconds=seconds) if seconds > 0 else None
+
+
 def init_group(device: torch.device, backend: str = "auto") -> str:
     """Join the job's process group: NCCL bound to this rank's GPU (device_id: NCCL connects
-    eagerly, on the right GPU), gloo on the CPU or when asked for. Returns the backend."""
+    eagerly, on the right GPU), gloo on the CPU or when asked for. Returns the backend.
+
+    Its timeout is the certification's hang timeout: a collective that waits longer for a rank
+    ends with an error (NCCL's watchdog, with a flight recorder dump where the launcher asks for
+    one; gloo's own timeout) rather than waiting for the job's time limit."""
+    timeout = hang_timeout()
+    options = {"timeout": timeout} if timeout else {}
     if device.type == "cuda" and backend in ("auto", "nccl"):
-        dist.init_process_group("nccl", device_id=device)
+        dist.init_process_group("nccl", device_id=device, **options)
         return "nccl"
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", **options)
     return "gloo"
+
+
+def cpus() -> dict:
+    """The CPUs this rank may run on (its affinity) and the CPUs the node has."""
+    allowed = sorted(os.sched_getaffinity(0))
+    return {"cpus": len(allowed), "cpu_list": compact(allowed), "node_cpus": os.cpu_count()}
+
+
+def compact(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    spans: list[list[int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
+class Heartbeat:
+    """This rank's position, printed every few seconds (CERTIFY_HEARTBEAT_S) by a thread of its
+    own, also while the rank waits in a collective. The driver names the ranks whose position
+    stays behind the others', or that fall silent first: a stopped process prints nothing."""
+
+    def __init__(self) -> None:
+        self.interval = float(os.environ.get("CERTIFY_HEARTBEAT_S") or 10)
+        self.position = 0
+        self.where = "starting"
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.host = socket.gethostname()
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self.beat()
+        threading.Thread(target=self._run, name="certify-heartbeat", daemon=True).start()
+
+    def advance(self, where: str) -> None:
+        self.position += 1
+        self.where = where
+
+    def beat(self) -> None:
+        with self._lock:
+            if not self._stopped.is_set():
+                print_marked(HEARTBEAT_MARK, {"r": self.rank, "h": self.host, "p": self.position, "w": self.where})
+
+    def stop(self) -> None:
+        """No more beats (before a long result line, which a beat could otherwise cut into)."""
+        with self._lock:
+            self._stopped.set()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.interval):
+            self.beat()
 
 
 def synchronize(device: torch.device) -> None:

@@ -4,11 +4,15 @@
 Runs under torchrun on every rank: NCCL and the rank's GPU (LOCAL_RANK) where there are
 GPUs, gloo on CPU. The data has learnable structure (arithmetic progressions modulo the
 vocabulary with 10 % noise tokens), so a working cluster drives the loss well below its
-initial ln(vocab). Every step each rank records its loss, step time, forward time and the
-global gradient norm; the ranks exchange norm and loss every step and all stop at the first
-step where a loss is not finite or the ranks' gradient norms differ (after the all-reduce
-every rank must hold the same gradients). At the end the ranks compare parameter checksums.
-Rank 0 prints one line `PROVISION-TRAIN <json>` with every rank's records. Runs on the nodes: torch only.
+initial ln(vocab). Every step each rank records its loss, step time, compute time (forward
+and backward until its last gradient bucket is ready: DDP's all-reduce hook marks it, so the
+time spent waiting for the others in the all-reduce is apart) and the global gradient norm;
+the ranks exchange loss, norm and step time every step and all stop at the first step where a
+loss is not finite or the ranks' gradient norms differ (after the all-reduce every rank must
+hold the same gradients). At the end the ranks compare parameter checksums. A heartbeat thread
+reports each rank's step and phase (compute, collective) to the driver. Rank 0 prints one line
+`PROVISION-TRAIN <json>`: the run's series (mean loss, step time), a summary per rank (compute
+and wait medians, its CPUs). Runs on the nodes: torch only.
 """
 from __future__ import annotations
 
@@ -22,8 +26,9 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from rank_device import device_for_rank, finish, init_group, print_marked, synchronize
+from rank_device import Heartbeat, cpus, device_for_rank, finish, init_group, print_marked, synchronize
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 
@@ -195,6 +200,51 @@ def first_violation(step: int, gathered: torch.Tensor, hosts: list[str], toleran
     return None
 
 
+class StepClock:
+    """One rank's step timing: the step's start, and the moment its last gradient bucket is
+    ready (DDP's all-reduce hook on the last bucket), which ends its own compute: what follows
+    until the step's end is the wait in the all-reduce. On a GPU the moments are CUDA events on
+    the compute stream, read after the step's synchronize."""
+
+    def __init__(self, device: torch.device, heartbeat: Heartbeat):
+        self.device = device
+        self.heartbeat = heartbeat
+        self.step = 0
+        self._start: float | torch.cuda.Event = 0.0
+        self._computed: float | torch.cuda.Event | None = None
+
+    def now(self) -> float | torch.cuda.Event:
+        if self.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def begin(self, step: int) -> None:
+        self.step = step
+        self._computed = None
+        self.heartbeat.advance(f"step {step} compute")
+        self._start = self.now()
+
+    def hook(self, state, bucket):  # unannotated: DDP rejects the string annotations of this module
+        if bucket.is_last():
+            self._computed = self.now()
+            self.heartbeat.advance(f"step {self.step} collective")
+        return default_hooks.allreduce_hook(None, bucket)
+
+    def compute_seconds(self, end: float | torch.cuda.Event) -> float:
+        """From the step's start to its last bucket (to `end` where no bucket was marked)."""
+        last = self._computed if self._computed is not None else end
+        if isinstance(self._start, torch.cuda.Event):
+            return self._start.elapsed_time(last) / 1000
+        return float(last) - float(self._start)
+
+
+def quantile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
@@ -209,6 +259,8 @@ def main() -> None:
                         help="testing only: the fault: noise in the gradients or an infinite gradient")
     parser.add_argument("--bucket-mb", type=float, default=100.0,
                         help="DistributedDataParallel's gradient bucket size (MiB): the all-reduce message size")
+    parser.add_argument("--warmup-steps", type=int, default=50,
+                        help="steps left out of the per-rank compute and wait medians")
     parser.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
                         help="auto: NCCL on GPUs, gloo on the CPU; gloo on GPUs lets ranks share one (testing)")
     parser.add_argument("--require-cuda", action="store_true",
@@ -217,8 +269,11 @@ def main() -> None:
     if args.steps < 1:
         parser.error("--steps must be at least 1")
     preset = PRESETS[args.preset]
+    heartbeat = Heartbeat()
     device = device_for_rank(args.require_cuda)
+    heartbeat.advance("joining the process group")
     init_group(device, args.backend)
+    heartbeat.advance("process group ready")
     rank, world = dist.get_rank(), dist.get_world_size()
     hosts: list[str] = [""] * world
     dist.all_gather_object(hosts, socket.gethostname())
@@ -228,23 +283,25 @@ def main() -> None:
         model = Decoder(preset)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                   gradient_as_bucket_view=True, bucket_cap_mb=args.bucket_mb)
+    clock = StepClock(device, heartbeat)
+    ddp.register_comm_hook(None, clock.hook)
     optimizer = torch.optim.AdamW(ddp.parameters(), lr=learning_rate(preset, 0, args.steps), weight_decay=0.0,
                                   fused=device.type == "cuda")
     generator = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
     use_bf16 = preset.bf16 and device.type == "cuda"
 
-    records: dict[str, list[float]] = {"loss": [], "step_time_s": [], "forward_time_s": [], "grad_norm": []}
+    own: dict[str, list[float]] = {"step_time_s": [], "compute_time_s": []}
+    series: dict[str, list[float]] = {"mean_loss": [], "step_time_s": []}
     violation = None
     started = time.perf_counter()
     for step in range(args.steps):
         tokens = synthetic_batch(preset, generator, device)
         synchronize(device)
         step_start = time.perf_counter()
+        clock.begin(step)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = ddp(tokens[:, :-1])
             loss = F.cross_entropy(logits.float().reshape(-1, preset.vocab), tokens[:, 1:].reshape(-1))
-        synchronize(device)
-        forward_time = time.perf_counter() - step_start
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if args.inject_grad_fault == rank and step >= args.inject_at_step:
@@ -258,47 +315,57 @@ def main() -> None:
             group["lr"] = learning_rate(preset, step, args.steps)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
         optimizer.step()
+        end = clock.now()
         synchronize(device)
         step_time = time.perf_counter() - step_start
-        local = torch.tensor([loss.item(), grad_norm.item()], dtype=torch.float64, device=device)
+        own["step_time_s"].append(step_time)
+        own["compute_time_s"].append(clock.compute_seconds(end))
+        local = torch.tensor([loss.item(), grad_norm.item(), step_time], dtype=torch.float64, device=device)
         gathered = [torch.zeros_like(local) for _ in range(world)]
         dist.all_gather(gathered, local)
-        records["loss"].append(local[0].item())
-        records["grad_norm"].append(local[1].item())
-        records["step_time_s"].append(step_time)
-        records["forward_time_s"].append(forward_time)
-        violation = first_violation(step, torch.stack(gathered).cpu(), hosts, args.grad_norm_tolerance)
+        stacked = torch.stack(gathered).cpu()
+        series["mean_loss"].append(float(stacked[:, 0].mean()))
+        series["step_time_s"].append(float(stacked[:, 2].max()))
+        violation = first_violation(step, stacked[:, :2], hosts, args.grad_norm_tolerance)
         if violation:
             break
     elapsed = time.perf_counter() - started
+    heartbeat.advance("finishing")
     checksum = torch.tensor([parameter_checksum(model)], dtype=torch.float64, device=device)
     checksums = [torch.zeros_like(checksum) for _ in range(world)]
     dist.all_gather(checksums, checksum)
-    steps_done = len(records["loss"])
+    steps_done = len(own["step_time_s"])
+    warm = min(args.warmup_steps, steps_done // 5)
+    compute, steps = own["compute_time_s"][warm:], own["step_time_s"][warm:]
+    waits = [total - busy for total, busy in zip(steps, compute, strict=True)]
+    summary = {
+        "rank": rank, "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "host": hosts[rank],
+        "device": str(device), **cpus(),
+        "compute_median_s": quantile(compute, 0.5), "compute_p90_s": quantile(compute, 0.9),
+        "wait_median_s": quantile(waits, 0.5), "step_median_s": quantile(steps, 0.5),
+        # The NCCL inside torch's wheel (not the node's libnccl2, which nccl-tests uses).
+        "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
+    }
+    heartbeat.stop()
+    everyone: list[dict | None] = [None] * world
+    dist.all_gather_object(everyone, summary)
     tokens_per_second = steps_done * preset.batch * preset.sequence * world / elapsed
     peak = peak_flops(device)
     flops = flops_per_token(model, preset)
-    result = {
-        "rank": rank, "world": world, "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "host": hosts[rank],
-        "hosts": hosts, "backend": dist.get_backend(), "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "preset": args.preset, "config": asdict(preset), "steps_requested": args.steps, "steps_done": steps_done,
-        "parameters": sum(p.numel() for p in model.parameters()), "bf16": use_bf16,
-        "loss_drop_min": loss_drop_required(preset, args.steps), "bucket_mb": args.bucket_mb,
-        "peak_tflops": peak / 1e12 if peak else None,
-        # The NCCL inside torch's wheel (not the node's libnccl2, which nccl-tests uses).
-        "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
-        "fault_injected": args.inject_grad_fault is not None,
-        "violation": violation, "records": records, "parameter_checksum": checksum.item(),
-        "parameter_checksums": [c.item() for c in checksums], "elapsed_s": elapsed,
-        "tokens_per_second": tokens_per_second,
-        "mfu": tokens_per_second * flops / (world * peak) if peak else None,
-    }
-    # One writer: rank 0 prints every rank's result on one line (no interleaved output).
-    everyone: list[dict | None] = [None] * world
-    dist.all_gather_object(everyone, result)
     if rank == 0:
-        print_marked("PROVISION-TRAIN ", {"ranks": everyone})
+        result = {
+            "world": world, "hosts": hosts, "backend": dist.get_backend(), "preset": args.preset,
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "config": asdict(preset), "steps_requested": args.steps, "steps_done": steps_done,
+            "warmup_steps": warm, "parameters": sum(p.numel() for p in model.parameters()), "bf16": use_bf16,
+            "loss_drop_min": loss_drop_required(preset, args.steps), "bucket_mb": args.bucket_mb,
+            "peak_tflops": peak / 1e12 if peak else None, "fault_injected": args.inject_grad_fault is not None,
+            "violation": violation, "series": series, "parameter_checksums": [c.item() for c in checksums],
+            "elapsed_s": elapsed, "tokens_per_second": tokens_per_second,
+            "mfu": tokens_per_second * flops / (world * peak) if peak else None,
+            "ranks": everyone,
+        }
+        print_marked("PROVISION-TRAIN ", result)
     del ddp, optimizer
     finish()
 

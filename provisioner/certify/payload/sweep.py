@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import socket
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
-from rank_device import device_for_rank, finish, init_group, print_marked, synchronize
+from rank_device import Heartbeat, cpus, device_for_rank, finish, init_group, print_marked, synchronize
 
 DTYPES = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -77,15 +78,21 @@ def time_all_reduce(tensor: torch.Tensor, iters: int, device: torch.device) -> f
     return (time.perf_counter() - start) / iters
 
 
-def measure(size: int, dtype: torch.dtype, args: argparse.Namespace, device: torch.device) -> dict:
+def measure(size: int, dtype: torch.dtype, args: argparse.Namespace, device: torch.device,
+            heartbeat: Heartbeat) -> dict:
     world = dist.get_world_size()
     element = torch.tensor([], dtype=dtype).element_size()
     count = max(1, size // element)
     tensor = torch.empty(count, dtype=dtype, device=device)
+    heartbeat.advance(f"{size} B data check")
     wrong = wrong_elements(tensor, world) if args.check else None
+    heartbeat.advance(f"{size} B warm-up")
     for _ in range(args.warmup):
         dist.all_reduce(tensor)
-    seconds = [time_all_reduce(tensor, args.iters, device) for _ in range(args.repeats)]
+    seconds = []
+    for repeat in range(args.repeats):
+        heartbeat.advance(f"{size} B repeat {repeat + 1}")
+        seconds.append(time_all_reduce(tensor, args.iters, device))
     median = statistics.median(seconds)
     factor = 2 * (world - 1) / world
     algbw = count * element / median / 1e9
@@ -112,16 +119,23 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1 or args.iters < 1:
         parser.error("--repeats and --iters must be at least 1")
+    heartbeat = Heartbeat()
     device = device_for_rank(args.require_cuda)
+    heartbeat.advance("joining the process group")
     backend = init_group(device, args.backend)
-    hosts: list[str | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(hosts, socket.gethostname())
+    heartbeat.advance("process group ready")
+    mine = {"rank": dist.get_rank(), "host": socket.gethostname(),
+            "local_rank": int(os.environ.get("LOCAL_RANK", "0")), **cpus()}
+    everyone: list[dict | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
     sizes = sizes_between(parse_size(args.min_bytes), parse_size(args.max_bytes), [parse_size(args.gradient_bytes)])
-    rows = [measure(size, DTYPES[args.dtype], args, device) for size in sizes]
+    rows = [measure(size, DTYPES[args.dtype], args, device, heartbeat) for size in sizes]
+    heartbeat.stop()
+    dist.barrier()
     if dist.get_rank() == 0:
         report = {"collective": "all_reduce", "backend": backend, "ranks": dist.get_world_size(),
-                  "hosts": sorted(set(hosts)), "dtype": args.dtype, "iters": args.iters,
-                  "repeats": args.repeats, "rows": rows}
+                  "hosts": sorted({rank["host"] for rank in everyone if rank}), "dtype": args.dtype,
+                  "iters": args.iters, "repeats": args.repeats, "rows": rows, "rank_cpus": everyone}
         print_marked("PROVISION-SWEEP ", report)
     finish()
 

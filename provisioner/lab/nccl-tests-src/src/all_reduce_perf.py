@@ -85,13 +85,26 @@ def main():
     parser.add_argument("-c", "--check", type=int, default=1)
     parser.add_argument("-d", "--datatype", default="float")
     parser.add_argument("-o", "--op", default="sum")
+    parser.add_argument("-T", "--timeout", type=int, default=0)
     args = parser.parse_args()
+    try:
+        return run(args)
+    except RuntimeError as error:
+        # As nccl-tests' -T: an operation that waited longer than the timeout ends the test.
+        if args.timeout > 0 and "timed out" in str(error).lower():
+            print(f"{socket.gethostname()}: Test timeout ({args.timeout}s) src/common.cu:440", flush=True)
+            sys.stderr.write(f"{error}\n")
+            return 1
+        raise
+
+
+def run(args):
     major, minor, patch, cuda = nccl_library()
     state = node_state()
     rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
     port = 20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000
     dist.init_process_group("gloo", init_method=f"tcp://{first_host()}:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
+                            timeout=datetime.timedelta(seconds=args.timeout or 120))
     interface = os.environ.get("NCCL_SOCKET_IFNAME") or os.environ.get("GLOO_SOCKET_IFNAME") or "eth0"
     if rank == 0:
         info(f"NCCL version {major}.{minor}.{patch}+cuda{cuda}")
