@@ -216,8 +216,8 @@ def finding_checks(findings: list[dict[str, Any]], localised: set[str]) -> list[
     checks = []
     for finding in findings:
         kind, nodes, instrument = finding["kind"], list(finding["nodes"]), finding["instrument"]
-        if finding.get("scope") in ("node", "straggler"):
-            continue  # the node's own measurement and the straggler check say it already
+        if finding.get("scope") in ("node", "straggler", "job"):
+            continue  # the node's own measurement, the straggler check, the job's checks say it already
         subject = "+".join(nodes) if kind != "scale" else "all"
         names = {"node": f"{'+'.join(nodes)} located by the rounds ({instrument})",
                  "link": f"path between {' and '.join(nodes)} ({instrument})",

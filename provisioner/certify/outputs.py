@@ -216,9 +216,14 @@ class Watch:
             if not mine:
                 parts.append(f"{host}: no rank reported")
                 continue
-            where = sorted({self.ranks[rank].where for rank in mine})
-            state = "went silent" if set(mine) <= silent and not set(mine) & behind else "stopped"
-            parts.append(f"{host}: ranks {_ranks_text(mine)} {state} at {', '.join(where)}")
+            where = ", ".join(sorted({self.ranks[rank].where for rank in mine}))
+            quiet = [rank for rank in mine if rank in silent]
+            if quiet:
+                gap = latest - max(self.ranks[rank].last_seen for rank in quiet)
+                parts.append(f"{host}: ranks {_ranks_text(mine)} fell silent {gap:.0f} s before the others "
+                             f"(last heard at {where})")
+            else:
+                parts.append(f"{host}: ranks {_ranks_text(mine)} stayed at {where}")
         others = [seen for rank, seen in self.ranks.items() if rank not in culprits and seen.host not in named]
         waiting = f"; the others wait at {others[0].where}" if others else ""
         return named, "; ".join(parts) + waiting

@@ -103,8 +103,9 @@ class Finding:
     nodes: list[str]
     instrument: str
     how: str
-    # node: judged alone on the node; straggler: named by the training's compute times;
-    # rounds: by the pairs, the localisation or a job that named it
+    # node: judged alone on the node; straggler: named by the training's compute times; job:
+    # named by a job itself (its hung ranks, Slurm's word, its refusing ranks); rounds: by the
+    # pairs or the localisation
     scope: str = "rounds"
 
     def as_dict(self) -> dict[str, Any]:
@@ -260,7 +261,8 @@ class Scheduler:
         named = [node for node in outcome.named if node not in self.blamed]
         if named:
             self._blame(named, f"{where}: {outcome.reason}")
-            self.findings.append(Finding("node", named, outcome.job.instrument, f"{where}: {outcome.reason}"))
+            self.findings.append(Finding("node", named, outcome.job.instrument, f"{where}: {outcome.reason}",
+                                         "job"))
         return named
 
     # ---- the flow ----------------------------------------------------------------------

@@ -379,6 +379,13 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         # replace-node's 200-step training of the tiny model takes the loss down about 46 %
         # (1000 steps: over 70 %).
         "certification_loss_drop_min": 0.4,
+        # A lab job starts in seconds: a rank that makes no progress for 40 s is hung (a real
+        # cluster's default, 300 s, leaves NCCL's initialisation on 1,000 nodes room).
+        "certification_hang_timeout_s": 40,
+        "certification_heartbeat_s": 2,
+        # Four ranks time-slice two CPUs: a rank's compute time wanders by tens of percent.
+        "certification_straggler_percent": 100,
+        "certification_poll_interval_s": 2,
     }
     (directory / "group_vars" / "all.yml").write_text(header + yaml.safe_dump(cluster, sort_keys=False))
     gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": LAB_HCAS,

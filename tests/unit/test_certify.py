@@ -1,4 +1,5 @@
-"""Certification criteria, job planning, Slurm helpers and reports, on synthetic and real outputs."""
+"""Certification criteria, the driver's Slurm command lines, Slurm helpers and reports, on
+synthetic and real outputs."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.certify import criteria, jobs, report
+from provisioner.certify import criteria, jobs, outputs, report
+from provisioner.certify.driver import node_cpus_from_sinfo, srun_argv
 from provisioner.certify.profiles import ProfileError, thresholds
+from provisioner.certify.schedule import Job
 from provisioner.parsers.common import ParseError
 from tests.conftest import REAL_OUTPUTS
 
@@ -44,36 +47,24 @@ def test_shipped_profiles_and_overrides():
         thresholds("nope", "H100-SXM5-80GB", 8, 400, None)
 
 
-def test_plan_measures_each_node_all_nodes_and_pairs_three_times():
-    planned = jobs.plan(["a", "b", "c"], repeats=3, steps=100, preset="tiny")
-    nccl = [j for j in planned if j.instrument == "nccl-tests"]
-    assert len(nccl) == 3 * (3 + 1 + 3)
-    assert {tuple(j.nodes) for j in nccl if j.scope == "pair"} == {("a", "b"), ("a", "c"), ("b", "c")}
-    assert planned[-1].instrument == "train"
-    assert planned[-1].args == ["--preset", "tiny", "--steps", "100", "--bucket-mb", "100"]
-    # In rounds: each node's runs spread over the same period as the others'.
-    assert [(j.scope, j.repeat) for j in nccl[:8]] == [("node", 1)] * 3 + [("all", 1)] + [("pair", 1)] * 3 + [
-        ("node", 2)]
-    two = jobs.plan(["a", "b"], 3, 10, "tiny", parts=("communication",))
-    assert not [j for j in two if j.scope == "pair"] and all(j.instrument != "train" for j in two)
-    single_gpu = jobs.plan(["a", "b"], 3, 10, "tiny", ranks_per_node=1)
-    assert {j.scope for j in single_gpu} == {"all", "training"}  # one rank alone communicates nothing
-
-
 def test_srun_command_lines():
     settings = {"procs_per_node": 8, "gpus_per_node": 8, "mpi": "pmix", "partition": "gpu", "reservation": "cert",
                 "time_limit": "0:30:00"}
-    nccl = jobs.srun_argv({"instrument": "nccl-tests", "nodes": ["a", "b"], "args": []}, settings)
+    cpus = node_cpus_from_sinfo("a 64\nb 64\na 64\n")
+    assert cpus == {"a": 64, "b": 64}
+    nccl = srun_argv(Job("nccl-tests", "pair", ["a", "b"]), settings, "provision-certify-x-1", cpus)
     assert "--ntasks-per-node=8" in nccl and "--mpi=pmix" in nccl and "--nodelist=a,b" in nccl
-    # every GPU and all the memory of each node: with ConstrainDevices=yes a step without
-    # --gpus-per-node sees no GPU at all
+    # every GPU, all the memory and every CPU of each node: with ConstrainDevices=yes a step
+    # without --gpus-per-node sees no GPU at all; --exclusive alone gives a task one CPU
     assert "--gpus-per-node=8" in nccl and "--mem=0" in nccl and "--exclusive" in nccl
-    assert "--reservation=cert" in nccl and nccl[-2:] == [jobs.LAUNCHER, "nccl-tests"]
-    train = jobs.srun_argv({"instrument": "train", "nodes": ["a"], "args": ["--steps", "5"]}, settings)
+    assert "--cpus-per-task=8" in nccl and "--job-name=provision-certify-x-1" in nccl
+    assert "--reservation=cert" in nccl and nccl[-2:] == ["/usr/local/sbin/provision-certify-launch", "nccl-tests"]
+    train = srun_argv(Job("train", "training", ["a"], args=["--steps", "5"]), settings, "n", cpus)
     assert "--ntasks-per-node=1" in train and not any(a.startswith("--mpi") for a in train)
+    assert "--cpus-per-task=64" in train  # torchrun starts every rank from the node's one task
     assert train[-3:] == ["train", "--steps", "5"] and "--gpus-per-node=8" in train
-    cpu_only = jobs.srun_argv({"instrument": "sweep", "nodes": ["a"], "args": []}, {**settings, "gpus_per_node": 0})
-    assert not any(a.startswith("--gpus") for a in cpu_only)
+    cpu_only = srun_argv(Job("sweep", "node", ["a"]), {**settings, "gpus_per_node": 0}, "n", {})
+    assert not any(a.startswith("--gpus") for a in cpu_only) and "--cpus-per-task=1" in cpu_only
 
 
 def test_busy_nodes_need_idle_or_their_reservation():
@@ -91,7 +82,7 @@ def test_busy_nodes_need_idle_or_their_reservation():
 def test_communication_thresholds_data_and_variance():
     results = [sweep_result("node", ["a"], 1.0), sweep_result("node", ["b"], 0.97),
                sweep_result("node", ["c"], 0.5), sweep_result("all", ["a", "b", "c"], 0.01, wrong=3)]
-    checks, medians = criteria.communication_checks(results, judge())
+    checks, medians = criteria.communication_checks(results, judge(), localised={"c"})
     found = by_id(checks)
     assert medians["sweep.node"] == {"a": 1.0, "b": 0.97, "c": 0.5}
     assert not found["sweep.all.all.busbw"].passed and found["sweep.all.all.busbw"].threshold == 0.02
@@ -100,9 +91,13 @@ def test_communication_thresholds_data_and_variance():
     slow = found["sweep.variance.node.c"]
     assert not slow.passed and slow.blamed == ["c"] and "below it" in slow.detail
     verdicts = criteria.node_verdicts(checks, ["a", "b", "c"])
-    # wrong values in the all-nodes run cannot be pinned on one node: every node carries them
-    assert verdicts["a"]["failed_checks"] == ["sweep.all.all.data"]
-    assert verdicts["c"]["failed_checks"] == ["sweep.all.all.data", "sweep.variance.node.c"]
+    # the all-nodes run's failures blame the node the localisation named, not the others
+    assert verdicts["a"] == {"certified": True, "failed_checks": []}
+    assert verdicts["c"]["failed_checks"] == ["sweep.all.all.busbw", "sweep.all.all.busbw_bucket",
+                                              "sweep.all.all.data", "sweep.variance.node.c"]
+    # without a localisation (a run whose rounds were cut short) every node of the job is suspect
+    unlocalised = criteria.node_verdicts(criteria.communication_checks(results, judge())[0], ["a", "b", "c"])
+    assert not unlocalised["a"]["certified"]
 
 
 def test_busbw_is_also_judged_at_the_ddp_bucket_size():
@@ -126,19 +121,47 @@ def test_busbw_is_also_judged_at_the_ddp_bucket_size():
     assert checks["sweep.node.b.busbw"].passed  # fine at 8 GiB, slow at the size training sends
 
 
-def test_pairs_localise_the_slow_node():
+def test_a_slow_pair_blames_only_the_node_the_localisation_named():
     nodes = ["a", "b", "c", "d"]
-    results = []
-    for pair in [("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d"), ("c", "d")]:
-        results.append(sweep_result("pair", list(pair), 0.4 if "d" in pair else 1.0))
-    checks, _ = criteria.communication_checks(results, judge())
+    results = [sweep_result("pair", list(pair), 0.4 if "d" in pair else 1.0)
+               for pair in [("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d"), ("c", "d")]]
+    checks, _ = criteria.communication_checks(results, judge(), localised={"d"})
     failing = [c for c in checks if not c.passed]
     assert {c.id for c in failing} == {"sweep.variance.pair.a+d", "sweep.variance.pair.b+d",
-                                       "sweep.variance.pair.c+d", "sweep.variance.pair-node.d"}
-    assert criteria.node_verdicts(checks, nodes) == {
-        "a": {"certified": True, "failed_checks": []}, "b": {"certified": True, "failed_checks": []},
-        "c": {"certified": True, "failed_checks": []},
-        "d": {"certified": False, "failed_checks": ["sweep.variance.pair-node.d"]}}
+                                       "sweep.variance.pair.c+d"}
+    assert all(c.blamed == [] for c in failing)  # a slow pair alone blames neither node
+    checks += criteria.finding_checks([{"kind": "node", "nodes": ["d"], "instrument": "sweep", "scope": "rounds",
+                                        "how": "bad with every partner"}], {"d"})
+    verdicts = criteria.node_verdicts(checks, nodes)
+    assert [n for n, v in verdicts.items() if not v["certified"]] == ["d"]
+    assert verdicts["d"]["failed_checks"] == ["sweep.node.d"]
+    # a pair below its floor blames the localised node only
+    floor = criteria.communication_checks([sweep_result("pair", ["a", "d"], 0.01)], judge(), localised={"d"})[0]
+    assert by_id(floor)["sweep.pair.a+d.busbw"].blamed == ["d"]
+
+
+def test_a_hung_run_fails_its_job_naming_the_hung_nodes():
+    hung = dict(sweep_result("all", ["a", "b", "c"], 1.0), rc=1, hung=True, hung_named=["c"],
+                hung_detail="no progress for 300 s: c: ranks 4,5 fell silent 40 s before the others")
+    found = by_id(criteria.communication_checks([hung], judge(), localised={"c"})[0])
+    assert not found["sweep.all.all.ran"].passed and found["sweep.all.all.ran"].blamed == ["c"]
+    assert found["sweep.all.all.hang"].blamed == ["c"] and "fell silent" in found["sweep.all.all.hang"].detail
+
+
+def test_cpu_check_fails_ranks_squeezed_onto_one_cpu():
+    def nccl(host: str, cpus: int) -> str:
+        return "".join(f'{outputs.CPUS_MARK}{{"host": "{host}", "rank": {r}, "local_rank": {r}, "cpus": {cpus}, '
+                       f'"cpu_list": "0", "node_cpus": 64}}\n' for r in range(8))
+
+    results = [{"name": "nccl-tests node a #1", "instrument": "nccl-tests", "scope": "node", "nodes": ["a"],
+                "rc": 0, "stdout": nccl("a", 8)},
+               {"name": "nccl-tests node b #1", "instrument": "nccl-tests", "scope": "node", "nodes": ["b"],
+                "rc": 0, "stdout": nccl("b", 1)}]
+    checks, seen = criteria.cpu_checks(results, ["a", "b"], 8, {"a": 64, "b": 64})
+    found = by_id(checks)
+    assert found["cpus.a"].passed and found["cpus.a"].threshold == 8
+    assert not found["cpus.b"].passed and found["cpus.b"].blamed == ["b"] and found["cpus.b"].measured == 1
+    assert seen["b"]["fewest"]["cpus"] == 1 and seen["b"]["ranks_seen"] == 8
 
 
 def test_real_nccl_tests_output_and_the_transport_check(real_outputs: Path):
@@ -169,20 +192,21 @@ def test_a_failed_job_fails_its_ran_check_naming_the_nodes():
 
 
 def training_result(steps: int = 100, violation: dict | None = None, checksums=(1.0, 1.0, 1.0, 1.0),
-                    slow_rank: int | None = None) -> dict:
-    ranks = []
-    for rank in range(4):
-        loss = [5.5 - 4.0 * step / steps for step in range(steps)]
-        step_time = [0.1 if slow_rank is None or step % 2 else 0.3 for step in range(steps)]
-        forward = [0.05 if rank != slow_rank else 0.09] * steps
-        ranks.append({"rank": rank, "host": "a" if rank < 2 else "b", "preset": "tiny", "backend": "gloo",
-                      "bf16": False, "parameters": 10, "tokens_per_second": 1000.0, "mfu": None, "elapsed_s": 1.0,
-                      "fault_injected": False, "steps_done": steps, "steps_requested": 100, "violation": violation,
-                      "parameter_checksums": list(checksums),
-                      "records": {"loss": loss, "step_time_s": step_time, "forward_time_s": forward,
-                                  "grad_norm": [1.0] * steps}})
+                    slow_rank: int | None = None, loss_drop_min: float = 0.4) -> dict:
+    """What the smoke trainer prints: the run's series and a summary per rank."""
+    ranks = [{"rank": rank, "local_rank": rank % 2, "host": "a" if rank < 2 else "b", "device": "cpu", "cpus": 2,
+              "cpu_list": "0-1", "node_cpus": 2, "compute_median_s": 0.09 if rank == slow_rank else 0.05,
+              "compute_p90_s": 0.06, "wait_median_s": 0.01, "step_median_s": 0.1, "nccl_version": None}
+             for rank in range(4)]
+    facts = {"world": 4, "hosts": ["a", "a", "b", "b"], "backend": "gloo", "preset": "tiny", "device_name": "cpu",
+             "steps_requested": 100, "steps_done": steps, "warmup_steps": 10, "parameters": 10, "bf16": False,
+             "loss_drop_min": loss_drop_min, "bucket_mb": 100.0, "peak_tflops": None, "fault_injected": False,
+             "violation": violation, "parameter_checksums": list(checksums), "elapsed_s": 1.0,
+             "tokens_per_second": 1000.0, "mfu": None, "ranks": ranks,
+             "series": {"mean_loss": [5.5 - 4.0 * step / steps for step in range(steps)],
+                        "step_time_s": [0.1 if slow_rank is None or step % 2 else 0.3 for step in range(steps)]}}
     return {"name": "smoke training", "instrument": "train", "scope": "training", "nodes": ["a", "b"], "rc": 0,
-            "stdout": "PROVISION-TRAIN " + json.dumps({"ranks": ranks}) + "\n", "stderr": ""}
+            "stdout": "PROVISION-TRAIN " + json.dumps(facts) + "\n", "stderr": ""}
 
 
 def test_a_healthy_training_passes_every_check():
@@ -203,6 +227,9 @@ def test_training_violations_are_named():
     assert found["training.parameter_checksum"].blamed == ["b"]
     cv = found["training.step_time_cv"]
     assert not cv.passed and cv.blamed == ["b"] and "slowest rank 2 on b" in cv.detail
+    straggler = found["training.straggler"]
+    assert not straggler.passed and straggler.blamed == ["b"] and "rank 2 on b: 90.0 ms per step (80% above)" in (
+        straggler.detail)
 
 
 def test_a_non_finite_gradient_norm_is_its_own_check():
@@ -216,11 +243,7 @@ def test_a_non_finite_gradient_norm_is_its_own_check():
 
 
 def test_loss_drop_defaults_to_the_presets_figure():
-    result = training_result()
-    ranks = json.loads(result["stdout"].split("PROVISION-TRAIN ", 1)[1])["ranks"]
-    for rank in ranks:  # the run drops from 5.5 to ~1.5: 70 %
-        rank["loss_drop_min"] = 0.75
-    strict = dict(result, stdout="PROVISION-TRAIN " + json.dumps({"ranks": ranks}) + "\n")
+    strict = training_result(loss_drop_min=0.75)  # the run drops from 5.5 to ~1.5: 70 %
     checks, summary = criteria.training_checks(strict, ["a", "b"], judge(warmup_steps=10))
     check = by_id(checks)["training.loss_decrease"]
     assert not check.passed and check.name == "loss falls by at least 75%" and summary["loss_drop_min"] == 0.75
@@ -228,6 +251,12 @@ def test_loss_drop_defaults_to_the_presets_figure():
     inventory = by_id(criteria.training_checks(strict, ["a", "b"], judge(warmup_steps=10, loss_drop_min=0.5))[0])
     assert inventory["training.loss_decrease"].passed and "the inventory's" in inventory[
         "training.loss_decrease"].detail
+
+
+def test_a_hung_training_blames_the_named_nodes():
+    hung = dict(training_result(), rc=1, hung=True, hung_named=["b"], hung_detail="b: ranks 2,3 fell silent")
+    checks = by_id(criteria.training_checks(hung, ["a", "b"], judge(), localised={"b"})[0])
+    assert checks["training.ran"].blamed == ["b"] and checks["training.hang"].blamed == ["b"]
 
 
 def test_a_refusing_rank_fails_the_run_naming_its_host():
@@ -249,7 +278,7 @@ def test_refusals_of_ranks_whose_lines_ran_together_are_all_read():
     first = {"host": "b", "rank": 3, "local_rank": 1, "reason": "CUDA required but torch sees no GPU"}
     second = {"host": "b", "rank": 2, "local_rank": 0, "reason": "CUDA required but torch sees no GPU"}
     stdout = f"PROVISION-REFUSED {json.dumps(first)}PROVISION-REFUSED {json.dumps(second)}\n\nother text\n"
-    assert [r["rank"] for r in jobs.refusals(stdout)] == [2, 3]
+    assert [r["rank"] for r in outputs.refusals(stdout)] == [2, 3]
     trained = {"name": "smoke training", "instrument": "train", "scope": "training", "nodes": ["a", "b"], "rc": 1,
                "stdout": stdout, "stderr": ""}
     checks = criteria.training_checks(trained, ["a", "b"], judge())[0]
@@ -259,8 +288,8 @@ def test_refusals_of_ranks_whose_lines_ran_together_are_all_read():
 
 def test_a_cut_marked_line_is_a_parse_error_not_a_crash():
     with pytest.raises(ParseError, match="unreadable PROVISION-TRAIN"):
-        jobs.read_output("train", 'PROVISION-TRAIN {"ranks": [\n')
-    assert jobs.read_output("sweep", 'noise PROVISION-SWEEP {"rows": []} more\n') == {"rows": []}
+        outputs.read_output("train", 'PROVISION-TRAIN {"ranks": [\n')
+    assert outputs.read_output("sweep", 'noise PROVISION-SWEEP {"rows": []} more\n') == {"rows": []}
 
 
 def test_reports(tmp_path: Path):
@@ -285,10 +314,10 @@ def test_reports(tmp_path: Path):
 def test_nccl_versions_per_node_from_nccl_tests_and_the_trainer(real_outputs: Path):
     text = (real_outputs / "nccl" / "all_reduce_h100_1node_8gpu_nccltests2.17.8.txt").read_text()
     trained = training_result()
-    ranks = json.loads(trained["stdout"].split("PROVISION-TRAIN ", 1)[1])["ranks"]
-    for rank in ranks:
+    facts = json.loads(trained["stdout"].split("PROVISION-TRAIN ", 1)[1])
+    for rank in facts["ranks"]:
         rank["nccl_version"] = "2.21.5"
-    trained["stdout"] = "PROVISION-TRAIN " + json.dumps({"ranks": ranks}) + "\n"
+    trained["stdout"] = "PROVISION-TRAIN " + json.dumps(facts) + "\n"
     results = [{"name": "n", "instrument": "nccl-tests", "scope": "node", "nodes": ["a"], "rc": 0, "stdout": text},
                {"name": "m", "instrument": "nccl-tests", "scope": "node", "nodes": ["b"], "rc": 1, "stdout": ""},
                trained]
