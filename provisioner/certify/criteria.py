@@ -29,6 +29,7 @@ from provisioner.certify.outputs import (
     wrong_values,
 )
 from provisioner.certify.profiles import Thresholds
+from provisioner.certify.schedule import pair_reference
 from provisioner.parsers.common import ParseError
 
 
@@ -189,13 +190,15 @@ def _variance_checks(medians: dict[str, dict[tuple[str, ...], float]], criteria:
     slow pair blames neither node here: which one is at fault is the localisation's finding."""
     checks = []
     allowed = criteria.variance_percent / 100
+    reference_text = {"node": "fleet median", "pair": "a sound pair (median of each node's best pair)"}
     for instrument in ("nccl-tests", "sweep"):
         per_node = {members[0]: value for members, value in medians.get(f"{instrument}.node", {}).items()}
         pairs = {"+".join(m): v for m, v in medians.get(f"{instrument}.pair", {}).items()}
         for kind, values in (("node", per_node), ("pair", pairs)):
             if len(values) < 2:
                 continue
-            fleet = statistics.median(values.values())
+            fleet = statistics.median(values.values()) if kind == "node" else pair_reference(
+                [(subject.split("+"), value) for subject, value in values.items()])
             floor = fleet * (1 - allowed)
             for subject, value in sorted(values.items()):
                 deficit = (fleet - value) / fleet * 100 if fleet else 0.0
@@ -206,7 +209,7 @@ def _variance_checks(medians: dict[str, dict[tuple[str, ...], float]], criteria:
                                     f"{instrument} {what} of {subject} within {criteria.variance_percent:g}% of the "
                                     "fleet median", "communication", passed, members,
                                     [] if passed or kind == "pair" else members, round(value, 3), round(floor, 3),
-                                    "GB/s", f"fleet median {fleet:.3f} GB/s; {deficit:+.1f}% below it"))
+                                    "GB/s", f"{reference_text[kind]} {fleet:.3f} GB/s; {deficit:+.1f}% below it"))
     return checks
 
 

@@ -157,6 +157,17 @@ def estimate_s(rounds: list[Round], durations: dict[str, float]) -> float:
                     for job in round_.jobs), default=0.0) for round_ in rounds)
 
 
+def pair_reference(pairs: list[tuple[list[str], float]]) -> float | None:
+    """What a sound pair reaches: the median over the nodes of each node's best pair. A bad node
+    is in every one of its pairs (two of the three with three nodes), which can drag the median
+    of the pairs down to its own level; its partners' best pairs are with sound nodes."""
+    best: dict[str, float] = {}
+    for nodes, value in pairs:
+        for node in nodes:
+            best[node] = max(best.get(node, value), value)
+    return statistics.median(best.values()) if best else None
+
+
 def _halves(nodes: list[str]) -> list[list[str]]:
     middle = len(nodes) // 2
     return [nodes[:middle], nodes[middle:]]
@@ -301,7 +312,8 @@ class Scheduler:
                 self.findings.append(Finding("node", list(outcome.job.nodes), outcome.job.instrument, how, "node"))
 
     def _localise_pairs(self, outcomes: list[JobOutcome]) -> Generator[Round, list[JobOutcome], None]:
-        median = self._median(outcomes)
+        median = pair_reference([(o.job.nodes, o.busbw_gbps) for o in outcomes
+                                 if o.status == "ok" and o.busbw_gbps is not None])
         bad = [o for o in outcomes if self._bad(o, median)]
         for outcome in bad:
             self._take_named(outcome, f"named by its pair {outcome.job.label}")

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from provisioner.certify import criteria
-from provisioner.certify.jobs import Refused, read_output
+from provisioner.certify.outputs import HEARTBEAT_MARK, Refused, read_output
 from provisioner.certify.profiles import thresholds
 
 PAYLOAD = Path(__file__).resolve().parents[2] / "provisioner" / "certify" / "payload"
@@ -71,13 +71,25 @@ def test_smoke_training_learns_and_its_ranks_agree():
     assert {c.id: c for c in checks}["training.loss_decrease"].name == "loss falls by at least 22%"
 
 
+def test_the_ranks_report_their_compute_time_cpus_and_progress():
+    output = torchrun("smoke_train.py", 2, "--preset", "tiny", "--steps", "60", "--warmup-steps", "10")
+    facts = read_output("train", output)
+    for rank in facts["ranks"]:
+        # forward and backward to the last gradient bucket; what follows is waiting in the all-reduce
+        assert 0 < rank["compute_median_s"] < rank["step_median_s"] and rank["wait_median_s"] >= 0
+        assert rank["cpus"] == len(os.sched_getaffinity(0)) and rank["node_cpus"] == os.cpu_count()
+    assert len(facts["series"]["mean_loss"]) == len(facts["series"]["step_time_s"]) == 60
+    beats = [json.loads(line.split(HEARTBEAT_MARK, 1)[1]) for line in output.splitlines() if HEARTBEAT_MARK in line]
+    assert {beat["r"] for beat in beats} == {0, 1} and beats[0]["w"] == "starting"
+
+
 def test_perturbed_gradients_stop_the_training_naming_the_rank():
     output = torchrun("smoke_train.py", 3, "--steps", "100", "--inject-grad-fault", "1", "--inject-at-step", "5")
-    ranks = json.loads(output.split("PROVISION-TRAIN ", 1)[1].splitlines()[0])["ranks"]
-    violation = ranks[0]["violation"]
+    facts = json.loads(output.split("PROVISION-TRAIN ", 1)[1].splitlines()[0])
+    violation = facts["violation"]
     assert violation["check"] == "grad_norm_consistency" and violation["step"] == 5 and violation["ranks"] == [1]
-    assert all(rank["steps_done"] == 6 for rank in ranks)
-    assert ranks[0]["parameter_checksums"][1] != ranks[0]["parameter_checksums"][0]
+    assert facts["steps_done"] == 6 and len(facts["ranks"]) == 3
+    assert facts["parameter_checksums"][1] != facts["parameter_checksums"][0]
 
 
 def test_infinite_gradient_is_its_own_failure_naming_the_rank():

@@ -214,3 +214,19 @@ def test_estimate_is_the_longest_job_of_each_round():
     durations = {"nccl-tests": 20.0, "sweep": 40.0, "train": 600.0}
     # 2 alone + 2 pairings + 2 all nodes + training
     assert estimate_s(rounds, durations) == 60 + 40 + 60 + 60 + 60 + 40 + 600
+
+
+@pytest.mark.parametrize("count", [3, 4, 5, 8, 33])
+def test_a_slow_node_above_every_floor_is_named_by_its_pairs_alone(count: int):
+    # the lab's case: floors far below what the nodes reach, only the comparison names the node
+    nodes = fleet(count)
+    bad = nodes[-1]
+    lenient = Limits(intra_node_gbps=0.05, inter_node_gbps=0.02, variance_percent=40)
+    scheduler = Scheduler(nodes, ("communication",), 1, 3, [], lenient)
+    hardware = SimulatedFleet()
+    hardware.outcome = lambda job: JobOutcome(job, "ok", 0.05 if bad in job.nodes and job.scope != "node" else 0.65)
+    run(scheduler, hardware)
+    assert set(scheduler.blamed) == {bad}
+    pair_rounds = [r for r in scheduler.rounds if r.name.startswith("nccl-tests pairs")]
+    all_nodes = [job for r in scheduler.rounds for job in r.jobs if job.scope == "all"]
+    assert pair_rounds and all(bad not in job.nodes for job in all_nodes)
