@@ -204,10 +204,10 @@ def _variance_checks(medians: dict[str, dict[tuple[str, ...], float]], criteria:
                 deficit = (fleet - value) / fleet * 100 if fleet else 0.0
                 passed = value >= floor
                 members = subject.split("+")
-                what = "intra-node busbw" if kind == "node" else "pair busbw"
+                what = ("intra-node busbw", "the fleet median") if kind == "node" else ("pair busbw", "a sound pair")
                 checks.append(Check(f"{instrument}.variance.{kind}.{subject}",
-                                    f"{instrument} {what} of {subject} within {criteria.variance_percent:g}% of the "
-                                    "fleet median", "communication", passed, members,
+                                    f"{instrument} {what[0]} of {subject} within {criteria.variance_percent:g}% of "
+                                    f"{what[1]}", "communication", passed, members,
                                     [] if passed or kind == "pair" else members, round(value, 3), round(floor, 3),
                                     "GB/s", f"{reference_text[kind]} {fleet:.3f} GB/s; {deficit:+.1f}% below it"))
     return checks
@@ -227,7 +227,8 @@ def finding_checks(findings: list[dict[str, Any]], localised: set[str]) -> list[
                  "group": f"{'+'.join(nodes)} fail together ({instrument})",
                  "scale": f"{instrument} at full scale",
                  "unresolved": f"{'+'.join(nodes)}: suspect, no known-good partner ({instrument})"}
-        checks.append(Check(f"{instrument}.{kind}.{subject}", names.get(kind, kind), "localisation", False, nodes,
+        checks.append(Check(f"{instrument}.localised.{kind}.{subject}", names.get(kind, kind), "localisation", False,
+                            nodes,
                             [node for node in nodes if node in localised], detail=finding["how"]))
     return checks
 

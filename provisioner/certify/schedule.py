@@ -266,7 +266,7 @@ class Scheduler:
             return outcome.status + (f" ({outcome.reason})" if outcome.reason else "")
         if outcome.busbw_gbps is None:
             return "ok"
-        return f"{outcome.busbw_gbps:.3f} GB/s" + (f" against a median of {reference:.3f}" if reference else "")
+        return f"{outcome.busbw_gbps:.3f} GB/s" + (f" against {reference:.3f}" if reference else "")
 
     def _take_named(self, outcome: JobOutcome, where: str) -> list[str]:
         named = [node for node in outcome.named if node not in self.blamed]

@@ -134,7 +134,7 @@ def test_a_slow_pair_blames_only_the_node_the_localisation_named():
                                         "how": "bad with every partner"}], {"d"})
     verdicts = criteria.node_verdicts(checks, nodes)
     assert [n for n, v in verdicts.items() if not v["certified"]] == ["d"]
-    assert verdicts["d"]["failed_checks"] == ["sweep.node.d"]
+    assert verdicts["d"]["failed_checks"] == ["sweep.localised.node.d"]
     # a pair below its floor blames the localised node only
     floor = criteria.communication_checks([sweep_result("pair", ["a", "d"], 0.01)], judge(), localised={"d"})[0]
     assert by_id(floor)["sweep.pair.a+d.busbw"].blamed == ["d"]
