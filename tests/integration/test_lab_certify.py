@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -66,12 +68,24 @@ def test_the_lab_is_certified_with_evidence(certify_runs: Path):
     # nccl-tests repeated three times per measurement, the medians kept per scope
     assert sum(job["instrument"] == "nccl-tests" for job in document["jobs"]) == 9
     assert set(document["medians_gbps"]["nccl-tests.node"]) == {"gpu01", "gpu02"}
+    # in rounds: both nodes alone at once (nccl-tests, then the sweep), all nodes, the training
+    assert [r["name"] for r in document["rounds"]] == ["nccl-tests on each node", "sweep on each node",
+                                                       "nccl-tests on all nodes", "sweep on all nodes",
+                                                       "smoke training"]
+    assert document["schedule"] == {"base_rounds": 5, "localise_rounds": 0} and not document["findings"]
+    alone = [job for job in document["jobs"] if job["scope"] == "node" and job["name"].endswith("#1")]
+    assert {job["round"] for job in alone} == {0, 1} and len(alone) == 4
+    # every task got its share of the node's CPUs (2 CPUs: one per nccl-tests task, both for torchrun)
+    assert {f"cpus.{node}" for node in ("gpu01", "gpu02")} <= ids and document["node_cpus"] == {"gpu01": 2,
+                                                                                                 "gpu02": 2}
+    assert all(rank["cpus"] == 2 for rank in training["rank_compute"])
+    assert {"training.straggler", "training.step_time_cv"} <= ids
     record = last_record(certify_runs)
     suites = ET.parse(record / "certification.junit.xml").getroot()
     assert {s.get("name") for s in suites} == {"gpu01", "gpu02", "fleet"}
     assert all(s.get("failures") == "0" for s in suites) and sum(int(s.get("tests")) for s in suites) >= 20
     page = (record / "certification.html").read_text()
-    assert "CERTIFIED" in page and page.count("<svg") == 4
+    assert "CERTIFIED" in page and page.count("<svg") == 5 and "<h2>Rounds</h2>" in page
     # nccl-tests ran against the node's pinned libnccl2 (the lab's stand-in NCCL), launched with --mpi=pmix.
     assert document["nccl_versions"]["system"] == {"gpu01": "2.18.5+cuda12.2", "gpu02": "2.18.5+cuda12.2"}
     assert "--mpi=pmix" in (record / "events.jsonl").read_text()
@@ -117,6 +131,8 @@ def test_a_rank_with_perturbed_gradients_is_named_with_its_host_and_step(certify
     assert "step 20: ranks [3] on gpu02" in check["detail"]
     assert document["training"]["steps_done"] == 21  # stopped at the first violation
     assert document["node_verdicts"]["gpu01"]["certified"] and not document["certified"]
+    # gpu01 trained again without the named node
+    assert [t["nodes"] for t in document["trainings"]] == [["gpu01", "gpu02"], ["gpu01"]]
 
 
 def test_a_gpu_node_whose_ranks_see_no_gpu_fails_naming_it(certify_runs: Path):
@@ -132,6 +148,42 @@ def test_a_gpu_node_whose_ranks_see_no_gpu_fails_naming_it(certify_runs: Path):
     assert not ran["passed"] and ran["blamed"] == ["gpu02"]
     assert "refused to run on the CPU, on gpu02" in ran["detail"] and "CUDA required" in ran["detail"]
     assert document["node_verdicts"]["gpu01"]["certified"] and not document["node_verdicts"]["gpu02"]["certified"]
+
+
+def _stop_training_ranks(node: str, stopped: dict) -> None:
+    """Once the smoke training's ranks run on the node, stop them (SIGSTOP: the process stays,
+    silent, as a rank stuck in a driver call or a hung GPU)."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if node_exec(node, "pgrep", "-f", "smoke_train.py").returncode == 0:
+            time.sleep(5)  # well into its steps
+            node_exec(node, "pkill", "-STOP", "-f", "smoke_train.py")
+            stopped["at"] = time.monotonic()
+            return
+        time.sleep(0.5)
+
+
+def test_a_hung_rank_is_named_within_minutes_and_only_its_node_is_blamed(certify_runs: Path):
+    stopped: dict = {}
+    stopper = threading.Thread(target=_stop_training_ranks, args=("gpu02", stopped), daemon=True)
+    stopper.start()
+    try:
+        code = main(["certify", "--inventory", LAB, "--only", "training", "--steps", "400"])
+        ended = time.monotonic()
+    finally:
+        stopper.join(timeout=5)
+        node_exec("gpu02", "pkill", "-CONT", "-f", "smoke_train.py")
+    assert code == 1 and "at" in stopped
+    assert ended - stopped["at"] < 300  # the hang timeout (40 s on the lab), not the job's time limit
+    document = certification(certify_runs)
+    checks = {check["id"]: check for check in document["checks"]}
+    assert checks["training.hang"]["blamed"] == ["gpu02"] and checks["training.ran"]["blamed"] == ["gpu02"]
+    assert "gpu02: ranks 2,3 fell silent" in checks["training.hang"]["detail"]
+    assert not document["node_verdicts"]["gpu02"]["certified"] and document["node_verdicts"]["gpu01"]["certified"]
+    # the others trained again without it, and passed
+    assert [t["nodes"] for t in document["trainings"]] == [["gpu01"]]
+    assert [r["name"] for r in document["rounds"]] == ["smoke training", "smoke training without the named nodes"]
+    assert all(check["passed"] for check in document["checks"] if check["id"].startswith("training.1."))
 
 
 def _driver(version: str) -> None:
