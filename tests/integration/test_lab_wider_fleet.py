@@ -38,9 +38,9 @@ def three_gpu_nodes(provisioned_lab, tmp_path_factory: pytest.TempPathFactory):
 def test_a_nodes_slow_network_is_named_by_the_pairs_and_the_others_certified(three_gpu_nodes, tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
-    # gpu03's link to the other nodes at 1 Gbit/s (a token bucket: this kernel has no sch_netem);
+    # gpu03's link to the other nodes at 1.5 Gbit/s (a token bucket: this kernel has no sch_netem);
     # its ranks' own traffic inside the node is untouched.
-    shaped = node_exec("gpu03", "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "1gbit",
+    shaped = node_exec("gpu03", "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "1500mbit",
                        "burst", "128kb", "latency", "100ms")
     assert shaped.returncode == 0, shaped.stderr
     try:
