@@ -88,7 +88,10 @@ def test_the_lab_is_certified_with_evidence(certify_runs: Path):
     assert "CERTIFIED" in page and page.count("<svg") == 5 and "<h2>Rounds</h2>" in page
     # nccl-tests ran against the node's pinned libnccl2 (the lab's stand-in NCCL), launched with --mpi=pmix.
     assert document["nccl_versions"]["system"] == {"gpu01": "2.18.5+cuda12.2", "gpu02": "2.18.5+cuda12.2"}
-    assert "--mpi=pmix" in (record / "events.jsonl").read_text()
+    results = json.loads((record / "certification-outputs" / "results.json").read_text())
+    argvs = [run["argv"] for round_ in results["rounds"] for job in round_["jobs"] for run in job["runs"]
+             if job["job"]["instrument"] == "nccl-tests"]
+    assert argvs and all("--mpi=pmix" in argv and "--cpus-per-task=1" in argv for argv in argvs)
     assert {"nccl-tests.node.gpu01.busbw_bucket", "training.grad_norm_finite"} <= ids
 
 

@@ -362,3 +362,53 @@ def test_transport_ib_plugin_without_a_device_fails_even_with_ib_lines():
            "h:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n" + _channels("NET/Socket/0"))
     check = _transport(log)
     assert not check.passed and "No device found" in check.detail
+
+
+def _fleet_inventory(directory: Path, nodes: int) -> None:
+    """The example inventory with `nodes` H100 nodes."""
+    import yaml
+
+    hosts_file = directory / "hosts.yml"
+    hosts = yaml.safe_load(hosts_file.read_text())
+    hosts["all"]["children"]["gpu_nodes"]["children"]["h100"]["hosts"] = {
+        f"gpu{n:02d}": {"ansible_host": f"10.10.{n // 250 + 1}.{n % 250 + 1}"} for n in range(1, nodes + 1)}
+    hosts_file.write_text(yaml.safe_dump(hosts))
+
+
+@pytest.mark.parametrize("nodes", [2, 17, 128])
+def test_dry_run_prints_disjoint_rounds_and_an_estimate_touching_nothing(example_inventory: Path, nodes: int,
+                                                                           capsys, tmp_path: Path):
+    from provisioner.cli import main
+
+    _fleet_inventory(example_inventory, nodes)
+    capsys.readouterr()
+    assert main(["certify", "--inventory", str(example_inventory), "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert len(plan["nodes"]) == nodes and plan["estimate_s"] > 0 and "published" in plan["durations_source"]
+    for round_jobs in plan["rounds"]:
+        busy = [node for job in round_jobs for node in job["nodes"]]
+        assert len(busy) == len(set(busy)) and {"instrument", "scope", "nodes"} <= set(round_jobs[0])
+    scopes = [round_jobs[0]["scope"] for round_jobs in plan["rounds"]]
+    assert scopes == ["node", "node", *(["pair"] * (0 if nodes < 3 else 2 if nodes % 2 == 0 else 3)),
+                      "all", "all", "training"]
+    assert not (tmp_path / "runs").exists()  # no run record: nothing ran
+    assert main(["certify", "--inventory", str(example_inventory), "--json"]) == 2
+
+
+def test_dry_run_takes_the_durations_the_inventorys_last_certification_measured(example_inventory: Path, capsys,
+                                                                                  tmp_path: Path):
+    from provisioner.cli import main
+
+    record = tmp_path / "runs" / "20261201T000000Z-certify"
+    record.mkdir(parents=True)
+    jobs_done = [{"instrument": "nccl-tests", "rc": 0, "start": "2026-12-01T00:00:00+00:00",
+                  "end": "2026-12-01T00:00:12+00:00"},
+                 {"instrument": "train", "rc": 0, "start": "2026-12-01T00:01:00+00:00",
+                  "end": "2026-12-01T00:04:00+00:00"}]
+    (record / "certification.json").write_text(json.dumps({"inventory": example_inventory.name,
+                                                            "jobs": jobs_done}))
+    capsys.readouterr()
+    assert main(["certify", "--inventory", str(example_inventory), "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["durations_s"]["nccl-tests"] == 12.0 and plan["durations_s"]["train"] == 180.0
+    assert plan["durations_source"].startswith("measured: 20261201T000000Z-certify/certification.json")
