@@ -127,6 +127,52 @@ def lab_side_by_side() -> None:
             print(f"    {name:<28} {values[2]:6.1f} s {values[4]:6.1f} s  x{values[4] / values[2]:.2f}")
 
 
+STAND_IN_SRUN = """#!/bin/bash
+# bench stand-in for srun: one job's output, heartbeats of 8 ranks every 2 s for 30 s, a sweep result
+node=${3#--nodelist=}
+printf 'PROVISION-START {"host": "%s", "task": 0}\\n' "$node"
+for tick in $(seq 0 15); do
+  for rank in 0 1 2 3 4 5 6 7; do
+    printf 'PROVISION-HEARTBEAT {"r": %s, "h": "%s", "p": %s, "w": "step %s compute"}\\n' $rank "$node" $tick $tick
+  done
+  sleep 2
+done
+printf 'PROVISION-SWEEP {"rows": [{"size_bytes": 1048576, "busbw_gbps": 400.0, "wrong": 0}]}\\n'
+"""
+
+
+def driver_scale(jobs: int) -> None:
+    import resource
+
+    from provisioner.certify.driver import Driver, Plan
+    from provisioner.certify.schedule import Job, Round
+
+    with tempfile.TemporaryDirectory(prefix="bench-driver-") as scratch:
+        bin_dir = Path(scratch) / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "srun").write_text(STAND_IN_SRUN)
+        (bin_dir / "srun").chmod(0o755)
+        (bin_dir / "sinfo").write_text("#!/bin/sh\n")
+        (bin_dir / "sinfo").chmod(0o755)
+        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+        nodes = [f"gpu{n:04d}" for n in range(jobs)]
+        plan = Plan(run_id="bench", nodes=nodes, parts=["communication"], ranks_per_node=8, repeats=1,
+                    training_args=[], limits={"intra_node_gbps": 1.0, "inter_node_gbps": 1.0},
+                    gradient_bytes=1 << 20, straggler_percent=10, hang_timeout_s=300, heartbeat_s=2,
+                    settings={"procs_per_node": 8, "time_limit": "0:10:00"}, max_concurrent=jobs)
+        driver = Driver(Path(scratch), plan)
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        started = time.monotonic()
+        outcomes = driver.run_round(Round("bench", "base", [Job("sweep", "node", [node]) for node in nodes]))
+        wall = time.monotonic() - started
+        after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    lines = jobs * (1 + 8 * 16 + 1)
+    print(f"\nthe driver with {jobs} jobs at once (stand-in srun, 30 s each, {lines:,} lines of output):")
+    print(f"  round wall time {wall:.1f} s against the jobs' 30 s; driver CPU {cpu:.1f} s "
+          f"({cpu / wall:.0%} of one core); {sum(o.status == 'ok' for o in outcomes)}/{jobs} jobs ok")
+
+
 def torchrun(ranks: int, *args: str) -> str:
     environment = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}", "--master-port=29631",
@@ -161,12 +207,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lab", action="store_true", help="certify the lab at 2 and at 4 GPU nodes")
     parser.add_argument("--sweep", action="store_true", help="the torch sweep's overhead on this machine")
+    parser.add_argument("--driver", type=int, nargs="?", const=1000, metavar="JOBS",
+                        help="the driver's own cost with this many jobs at once (a stand-in srun)")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     at_scale()
     if args.lab:
         lab_side_by_side()
+    if args.driver:
+        driver_scale(args.driver)
     if args.sweep:
         sweep_overhead(args.ranks, args.repeats)
 
