@@ -230,3 +230,21 @@ def test_a_slow_node_above_every_floor_is_named_by_its_pairs_alone(count: int):
     pair_rounds = [r for r in scheduler.rounds if r.name.startswith("nccl-tests pairs")]
     all_nodes = [job for r in scheduler.rounds for job in r.jobs if job.scope == "all"]
     assert pair_rounds and all(bad not in job.nodes for job in all_nodes)
+
+
+def test_every_fleet_size_from_2_to_1024_has_a_bounded_number_of_disjoint_rounds():
+    for count in range(2, 1025):
+        nodes = fleet(count)
+        rounds = base_rounds(nodes, PARTS, 8, 3, [])
+        assert len(rounds) <= 8, count
+        partners: dict[str, set[str]] = {}
+        for round_ in rounds:
+            busy = [node for job in round_.jobs for node in job.nodes]
+            assert len(busy) == len(set(busy)), (count, round_.name)
+            for job in round_.jobs:
+                if job.scope == "pair":
+                    a, b = job.nodes
+                    partners.setdefault(a, set()).add(b)
+                    partners.setdefault(b, set()).add(a)
+        if count >= 3:
+            assert len(partners) == count and min(map(len, partners.values())) >= 2, count
