@@ -70,11 +70,12 @@ def thresholds(profile: str | None, gpu_model: str, hca_count: int, port_rate: i
 # them. nccl-tests (-b 32M -e 8G -f 2 -n 20 -w 5 -c 1: per size 21 operations out of place and
 # 21 in place, and 5 warm-ups at the largest size) from the time column of published runs on
 # 8 x H100 nodes: inside one node, nccl-tests 2.17.8 (tests/fixtures/nccl, 63.0 ms per pass over
-# 32 MiB-8 GiB): 2.8 s; between two nodes (16 ranks, 8 x 200 Gb/s NICs per node, 338.8 GB/s
-# busbw at 8 GiB; github.com/lessizzmore/create-a3mega-ztan-fork, ztan-NCCL-test-result;
-# 101.5 ms per pass): 4.5 s. A ring's busbw at large messages hardly changes with the node
-# count, so all nodes take the pair's time. To these, start-up (an assumption, not a
-# measurement): 10 s on one node, 15 s across nodes, plus 0.03 s per node for NCCL's
+# 32 MiB-8 GiB): 2.8 s; between two nodes (16 ranks; github.com/lessizzmore/create-a3mega-ztan-fork,
+# ztan-NCCL-test-result: 8 x 200 Gb/s GPUDirect-TCPXO NICs per node, not NDR InfiniBand, but
+# 338.8 GB/s busbw at 8 GiB, where 8 x NDR's floor here is 345: the only published two-node
+# H100 table with its time column found; 101.5 ms per pass): 4.5 s. A ring's busbw at large
+# messages hardly changes with the node count, so all nodes take the pair's time. To these,
+# start-up (an assumption, not a measurement): 10 s on one node, 15 s across nodes, plus 0.03 s per node for NCCL's
 # initialisation across all of them (about 45 s at 1,024 nodes). The torch sweep runs 66
 # operations per size (a check, 5 warm-ups, 3 x 20 timed) against nccl-tests' 42, and spends
 # about 20 s importing torch and starting NCCL.
