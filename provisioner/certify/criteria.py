@@ -20,7 +20,7 @@ from provisioner.certify.outputs import (
     TRAIN_MARK,
     Refused,
     bucket_row,
-    gradient_row,
+    busbw,
     marked_objects,
     read_output,
     refusals,
@@ -150,7 +150,7 @@ def communication_checks(results: list[dict[str, Any]], criteria: Criteria,
                                 nodes, named or blamed, detail=run.get("hung_detail", "")))
         if not parsed:
             continue
-        values = [row_busbw(gradient_row(facts["rows"], criteria.gradient_bytes), instrument) for _, facts in parsed]
+        values = [busbw(facts, instrument, criteria.gradient_bytes) for _, facts in parsed]
         median = statistics.median(values)
         medians[f"{instrument}.{scope}"][members] = median
         threshold = criteria.thresholds.intra_node_gbps if scope == "node" else criteria.thresholds.inter_node_gbps

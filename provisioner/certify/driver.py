@@ -132,8 +132,9 @@ class Driver:
         self.jobs_dir.mkdir(exist_ok=True)
         self.scheduler = Scheduler(plan.nodes, tuple(plan.parts), plan.ranks_per_node, plan.repeats,
                                    plan.training_args, Limits(**plan.limits))
-        self.planned_base = len(base_rounds(plan.nodes, tuple(plan.parts), plan.ranks_per_node, plan.repeats,
-                                            plan.training_args))
+        # A healthy run's rounds, for the time left (read with every status: made once).
+        self.base_rounds = base_rounds(plan.nodes, tuple(plan.parts), plan.ranks_per_node, plan.repeats,
+                                       plan.training_args)
         self.started = time.time()
         self.clock0 = time.monotonic()
         self.stop_requested = False
@@ -193,7 +194,7 @@ class Driver:
             if not job_run.watch.started_hosts and not job_run.watch.ranks:
                 limit *= 2  # not yet on the nodes: Slurm may still be freeing them from the last round
             if job_run.cancelled_at is None and job_run.watch.stalled_for(now) > limit + self._grace():
-                self._mark_hung(job_run, now)
+                self._mark_hung(job_run, now, job_run.watch.hung(self.plan.heartbeat_s))
                 self._cancel(job_run)
             elif job_run.cancelled_at is not None and now - job_run.cancelled_at > KILL_AFTER_CANCEL_S:
                 job_run.process.kill()
@@ -204,9 +205,9 @@ class Driver:
         stall = job_run.watch.stalled_for(now)
         if rc != 0 and "hung" not in run and stall >= self.plan.hang_timeout_s / 2:
             # The ranks' own timeout (the process group's, nccl-tests' -T) ended a stalled job.
-            named, _ = job_run.watch.hung(self.plan.heartbeat_s)
-            if named or job_run.job.instrument == "nccl-tests":
-                self._mark_hung(job_run, now)
+            hung = job_run.watch.hung(self.plan.heartbeat_s)
+            if hung[0] or job_run.job.instrument == "nccl-tests":
+                self._mark_hung(job_run, now, hung)
         run.update({"rc": rc, "end": time.time()})
         self.durations.setdefault(job_run.job.instrument, []).append(now - run.pop("_clock"))
         job_run.runs.append(run)
@@ -217,9 +218,10 @@ class Driver:
         """Time after the hang timeout for the ranks' own watchdog to report and exit first."""
         return max(10.0, 3 * self.plan.heartbeat_s)
 
-    def _mark_hung(self, job_run: JobRun, now: float) -> None:
+    def _mark_hung(self, job_run: JobRun, now: float, hung: tuple[list[str], str]) -> None:
+        """Record the run as hung, with the nodes its watch named and how."""
         assert job_run.watch is not None
-        named, detail = job_run.watch.hung(self.plan.heartbeat_s)
+        named, detail = hung
         stall = job_run.watch.stalled_for(now)
         job_run.current.update({"hung": True, "hung_named": named,
                                 "hung_detail": f"no progress for {stall:.0f} s: {detail}"})
@@ -295,8 +297,7 @@ class Driver:
         done_base = sum(1 for r in self.scheduler.rounds if r.kind == "base")
         measured = {instrument: statistics.median(values) for instrument, values in self.durations.items()}
         durations = {**DEFAULT_DURATIONS_S, **self.plan.durations_s, **measured}
-        rest = base_rounds(self.plan.nodes, tuple(self.plan.parts), self.plan.ranks_per_node, self.plan.repeats,
-                           self.plan.training_args)[done_base:]
+        rest = self.base_rounds[done_base:]
         left = sum(durations[r.jobs[0].instrument] * r.jobs[0].repeats for r in rest)
         if self.current_round is not None and self.current_runs:
             elapsed = time.time() - self.timeline[-1]["start"]
@@ -321,7 +322,7 @@ class Driver:
                 "running": sum(1 for r in runs if r.outcome is None and r.process is not None),
                 "failed": sum(1 for r in runs if r.outcome is not None and r.outcome.status != "ok")},
             "rounds_done": len(self.scheduler.rounds) - (0 if final or round_ is None else 1),
-            "base_rounds": self.planned_base,
+            "base_rounds": len(self.base_rounds),
             "localise_rounds": sum(1 for r in self.scheduler.rounds if r.kind != "base"),
             "failures": self.failures[-50:], "failures_total": len(self.failures),
             "named": {node: why for node, why in self.scheduler.blamed.items()},

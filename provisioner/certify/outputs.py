@@ -149,7 +149,6 @@ class RankSeen:
     position: int
     where: str
     last_seen: float
-    last_moved: float
 
 
 @dataclass
@@ -186,7 +185,7 @@ class Watch:
             seen = self.ranks.get(rank)
             if seen is None or position != seen.position:
                 self.last_progress = now
-                self.ranks[rank] = RankSeen(str(beat.get("h", "")), position, str(beat.get("w", "")), now, now)
+                self.ranks[rank] = RankSeen(str(beat.get("h", "")), position, str(beat.get("w", "")), now)
             else:
                 seen.last_seen = now
 

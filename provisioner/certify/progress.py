@@ -31,7 +31,6 @@ class CertifyProgress:
         self.named_seen: set[str] = set()
         self.last_summary = ""
         self.last_printed = 0.0
-        self.final: dict[str, Any] | None = None
 
     def on_event(self, event: dict[str, Any]) -> None:
         if event.get("event") not in ("runner_retry", "runner_on_ok", "runner_on_failed"):
@@ -77,5 +76,3 @@ class CertifyProgress:
                                                  or current.get("done") == current.get("jobs")):
                 self.last_summary, self.last_printed = summary, now
                 self._line(summary)
-        if status.get("finished"):
-            self.final = status

@@ -156,16 +156,22 @@ def last_durations(inventory: Inventory, runs_dir: Path) -> tuple[dict[str, floa
     return None
 
 
+def run_durations(request: CertifyRequest, nodes: list[str]) -> tuple[dict[str, float], str]:
+    """Seconds per run of each instrument, and their source: what the inventory's newest
+    certification measured, else the profile's defaults."""
+    cluster = request.inventory.cluster
+    defaults, source = durations_s(cluster.certification_profile, cluster.certification_preset, len(nodes),
+                                   _steps(request))
+    measured = last_durations(request.inventory, request.runs_dir)
+    if not measured:
+        return defaults, source
+    return {**defaults, **measured[0]}, f"{measured[1]} ({', '.join(sorted(measured[0]))}); otherwise {source}"
+
+
 def dry_run(request: CertifyRequest) -> dict[str, Any]:
     """The rounds a healthy run takes and an estimate of its wall time; touches no host."""
     nodes, rounds = planned_rounds(request)
-    cluster = request.inventory.cluster
-    measured = last_durations(request.inventory, request.runs_dir)
-    defaults, source = durations_s(cluster.certification_profile, cluster.certification_preset, len(nodes),
-                                   _steps(request))
-    durations = {**defaults, **(measured[0] if measured else {})}
-    if measured:
-        source = f"{measured[1]} ({', '.join(sorted(measured[0]))}); otherwise {source}"
+    durations, source = run_durations(request, nodes)
     return {
         "inventory": request.inventory.name, "nodes": nodes, "parts": list(request.parts),
         "rounds": [[{"instrument": job.instrument, "scope": job.scope, "nodes": job.nodes, "repeats": job.repeats}
@@ -227,8 +233,6 @@ def certify(request: CertifyRequest, console: Console) -> int:
 
 def _driver_plan(request: CertifyRequest, nodes: list[str], judge: criteria.Criteria, run_id: str) -> dict[str, Any]:
     cluster = request.inventory.cluster
-    defaults, _ = durations_s(cluster.certification_profile, cluster.certification_preset, len(nodes), _steps(request))
-    measured = last_durations(request.inventory, request.runs_dir)
     return {
         "run_id": run_id, "nodes": nodes, "parts": list(request.parts),
         "ranks_per_node": ranks_per_node(request.inventory, nodes[0]), "repeats": REPEATS,
@@ -239,7 +243,7 @@ def _driver_plan(request: CertifyRequest, nodes: list[str], judge: criteria.Crit
         "gradient_bytes": judge.gradient_bytes, "straggler_percent": judge.straggler_percent,
         "hang_timeout_s": cluster.certification_hang_timeout_s, "heartbeat_s": cluster.certification_heartbeat_s,
         "max_concurrent": cluster.certification_max_concurrent_jobs,
-        "durations_s": {**defaults, **(measured[0] if measured else {})},
+        "durations_s": run_durations(request, nodes)[0],
     }
 
 

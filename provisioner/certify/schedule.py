@@ -189,7 +189,6 @@ class Scheduler:
         self.training_args = list(training_args)
         self.limits = limits
         self.rounds: list[Round] = []
-        self.outcomes: list[list[JobOutcome]] = []
         self.blamed: dict[str, list[str]] = {}
         self.findings: list[Finding] = []
         self.excluded: dict[str, str] = {}  # node -> the first round it was left out of
@@ -208,7 +207,6 @@ class Scheduler:
         return round_
 
     def record(self, outcomes: list[JobOutcome]) -> None:
-        self.outcomes.append(outcomes)
         for outcome in outcomes:
             if outcome.stragglers:
                 self._blame(outcome.stragglers, f"straggler in {outcome.job.name}")
@@ -280,10 +278,12 @@ class Scheduler:
     def _plan(self) -> Generator[Round, list[JobOutcome], None]:
         planned = base_rounds(self.nodes, self.parts, self.ranks_per_node, self.repeats, self.training_args)
         pair_outcomes: list[JobOutcome] = []
-        for index, template in enumerate(planned):
+        paired = False
+        for template in planned:
             if template.name.startswith("nccl-tests pairs"):
-                if pair_outcomes or (index and planned[index - 1].name.startswith("nccl-tests pairs")):
+                if paired:
                     continue  # the pairings are made together, over the nodes still in the running
+                paired = True
                 for number, pairs in enumerate(matchings := pairings(self.remaining()), 1):
                     round_ = self._round(f"nccl-tests pairs {number}/{len(matchings)}", BASE,
                                          [Job("nccl-tests", "pair", [a, b], self.repeats) for a, b in pairs])
