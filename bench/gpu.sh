@@ -1,170 +1,215 @@
 #!/usr/bin/env bash
-# The certification's GPU path on one GPU machine, in under 10 minutes (prints figures; each
-# step says PASS or FAIL, and the script exits non-zero if any failed):
-#   1. the smoke training, preset 1b, 200 steps on one GPU: MFU, tokens/s, loss drop, step time
-#   2. a run that must have a GPU (--require-cuda) but sees none is refused, naming host and rank
-#   3. the torch all-reduce sweep on one GPU (NCCL), its data check in bf16
+# The certification's GPU path on one GPU machine, in at most 8 minutes (prints figures; each
+# step says PASS, FAIL or SKIP, and the script exits non-zero if any failed). Steps in order of
+# value, each with its own time limit, all inside the 8 minutes:
+#   1. the environment: Python, torch and its CUDA build, the GPUs, NCCL, nvcc
+#   2. the smoke training, preset 1b, 200 steps on one GPU: MFU against the GPU's bf16 peak
+#      (steps after the warm-up), tokens/s, loss drop, step time p50/p99
+#   3. nccl-tests 2.17.8 built for this GPU's architecture against the installed NCCL (the system's,
+#      else the nvidia-nccl wheel torch brought), `all_reduce_perf -b 32M -e 8G -f 2 -g 1`
 #   4. two ranks sharing the GPU over gloo, a gradient fault injected on rank 1 at step 5: the
 #      training stops at step 5 (naming both ranks: two cannot outvote each other)
-#   5. nccl-tests built against the installed NCCL, `all_reduce_perf -b 32M -e 8G -f 2 -g 1`,
-#      read by `provision inspect nccl-tests`
+#   5. the torch all-reduce sweep on one GPU (NCCL), its data check in bf16
+#   6. a run that must have a GPU (--require-cuda) but sees none is refused, naming host and rank
 #
-# Usage: bench/gpu.sh [OUTDIR]   (default: a new folder under /tmp; every output is kept there)
-#   PYTHON             a Python whose torch has CUDA (default: python3)
-#   NCCL_TESTS_SOURCE  nccl-tests source: a folder or a release tarball (path or URL);
-#                      default the 2.17.8 release on GitHub
-#   CUDA_HOME          the CUDA toolkit nvcc comes from (default: where nvcc is, else /usr/local/cuda)
+# Usage: bench/gpu.sh [--dry-run] [OUTDIR]   (default: a new folder under /tmp; outputs kept there)
+#   --dry-run          no GPU needed: runs here on the CPU what can run (1, 4 and 5 on gloo, 6) and
+#                      prints the build and run lines of 2 and 3
+#   PYTHON             a Python with torch (default: the project's .venv where it has torch, else python3)
+#   NCCL_TESTS_SOURCE  nccl-tests' source, a folder or a release tarball on this machine (nothing is
+#                      downloaded; default bench/vendor/nccl-tests-2.17.8.tar.gz, which git ignores:
+#                      copy NVIDIA's release there and carry it to the GPU machine)
+#   CUDA_HOME          the CUDA toolkit (default: the one nvcc on PATH comes from)
 #   NCCL_HOME          the NCCL to build against (default: /usr where nccl.h is there, else the
-#                      nvidia-nccl wheel torch brought)
+#                      nvidia-nccl wheel's folder)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PAYLOAD=$ROOT/provisioner/certify/payload
-PYTHON=${PYTHON:-python3}
+FIGURES=$ROOT/bench/gpu_figures.py
+DRY_RUN=0
+if [ "${1:-}" = --dry-run ]; then
+    DRY_RUN=1
+    shift
+fi
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON=python3
+    if [ -x "$ROOT/.venv/bin/python" ] && "$ROOT/.venv/bin/python" -c 'import torch' 2>/dev/null; then
+        PYTHON=$ROOT/.venv/bin/python
+    fi
+fi
 OUT=${1:-$(mktemp -d /tmp/provision-gpu-bench.XXXXXX)}
 mkdir -p "$OUT"
-NCCL_TESTS_SOURCE=${NCCL_TESTS_SOURCE:-https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.17.8.tar.gz}
+NCCL_TESTS_SOURCE=${NCCL_TESTS_SOURCE:-$ROOT/bench/vendor/nccl-tests-2.17.8.tar.gz}
+BUDGET_S=480
 failures=0
 
 say() { printf '%s\n' "$*" | tee -a "$OUT/summary.txt"; }
-verdict() {  # verdict STEP STATUS(0 pass) DETAIL
-    if [ "$2" -eq 0 ]; then say "PASS $1: $3"; else say "FAIL $1: $3"; failures=$((failures + 1)); fi
+verdict() {  # verdict STEP STATUS(0 pass, 124 timed out) DETAIL
+    case $2 in
+        0) say "PASS $1: $3" ;;
+        124) say "FAIL $1: timed out; $3"; failures=$((failures + 1)) ;;
+        *) say "FAIL $1: $3"; failures=$((failures + 1)) ;;
+    esac
 }
-torchrun() {  # torchrun SECONDS RANKS SCRIPT ARGS... (one node, loopback, at most SECONDS)
+limit() {  # limit SECONDS: the step's own limit, cut to what is left of the budget
+    local left=$((BUDGET_S - SECONDS))
+    [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
+torchrun() {  # torchrun SECONDS RANKS SCRIPT ARGS... (one node, loopback)
     local seconds=$1 ranks=$2 script=$3
     shift 3
     GLOO_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo OMP_NUM_THREADS=4 \
-        timeout "$seconds" "$PYTHON" -m torch.distributed.run --nproc-per-node="$ranks" --master-port=$((29500 + RANDOM % 1000)) \
-        "$PAYLOAD/$script" "$@"
+        timeout "$seconds" "$PYTHON" -m torch.distributed.run --nproc-per-node="$ranks" \
+        --master-port=$((29500 + RANDOM % 1000)) "$PAYLOAD/$script" "$@"
 }
+step() {  # step NAME SECONDS: true when the step has time left to run
+    if [ "$(limit "$2")" -lt 10 ]; then
+        say "SKIP $1: the ${BUDGET_S} s budget is spent"
+        return 1
+    fi
+}
+tail_of() { tail -n 3 "$1" 2>/dev/null | tr '\n' ' '; }
 
-say "bench/gpu.sh $(date -u +%FT%TZ) on $(hostname); outputs in $OUT"
-if ! "$PYTHON" - >"$OUT/environment.txt" 2>&1 <<'EOF'
+say "bench/gpu.sh $(date -u +%FT%TZ) on $(hostname)$([ "$DRY_RUN" = 1 ] && echo ', dry run'); outputs in $OUT"
+
+# 1. The environment.
+timeout 60 "$PYTHON" - "$DRY_RUN" >"$OUT/environment.txt" 2>&1 <<'EOF'
+import platform, shutil, subprocess, sys
+dry_run = sys.argv[1] == "1"
 import torch
-assert torch.cuda.is_available(), f"torch {torch.__version__} sees no GPU (built for CUDA {torch.version.cuda})"
-print(f"torch {torch.__version__} CUDA {torch.version.cuda} NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}")
-for i in range(torch.cuda.device_count()):
-    print(f"GPU {i}: {torch.cuda.get_device_name(i)}")
+print(f"Python {platform.python_version()}, torch {torch.__version__} built for CUDA {torch.version.cuda or 'none'}")
+if torch.cuda.is_available():
+    nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    for i in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(i)
+        print(f"GPU {i}: {torch.cuda.get_device_name(i)}, sm_{major}{minor}; torch's NCCL {nccl}")
+nvcc = shutil.which("nvcc")
+print(subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+      if nvcc else "nvcc: not on PATH")
+if not torch.cuda.is_available() and not dry_run:
+    sys.exit(f"torch {torch.__version__} sees no GPU (built for CUDA {torch.version.cuda or 'none'})")
 EOF
-then
-    say "FAIL environment: $(tail -n 1 "$OUT/environment.txt")"
-    exit 1
+status=$?
+verdict environment "$status" "$(tr '\n' ';' <"$OUT/environment.txt" | sed 's/;$//; s/;/; /g')"
+[ "$status" -eq 0 ] || { say "$failures step(s) failed"; exit 1; }
+
+# 2. Preset 1b, 200 steps, one rank.
+train_args=(--preset 1b --steps 200 --warmup-steps 20 --require-cuda)
+if [ "$DRY_RUN" = 1 ]; then
+    say "DRY 1b training: would run: torchrun --nproc-per-node=1 smoke_train.py ${train_args[*]}"
+elif step "1b training" 200; then
+    torchrun "$(limit 200)" 1 smoke_train.py "${train_args[@]}" >"$OUT/train-1b.out" 2>"$OUT/train-1b.err"
+    status=$?
+    figures=$("$PYTHON" "$FIGURES" training "$OUT/train-1b.out" 2>>"$OUT/train-1b.err")
+    verdict "1b training" $((status == 124 ? 124 : status | $?)) "${figures:-no result: $(tail_of "$OUT/train-1b.err")}"
 fi
-say "$(cat "$OUT/environment.txt")"
 
-# 1. preset 1b, 200 steps, one rank.
-torchrun 420 1 smoke_train.py --preset 1b --steps 200 --require-cuda >"$OUT/train-1b.out" 2>"$OUT/train-1b.err"
-status=$?
-figures=$("$PYTHON" - "$OUT/train-1b.out" 2>>"$OUT/train-1b.err" <<'EOF'
-import json, statistics, sys
-line = next(l for l in open(sys.argv[1]) if l.startswith("PROVISION-TRAIN "))
-rank = json.loads(line.split(" ", 1)[1])["ranks"][0]
-loss, times = rank["records"]["loss"], rank["records"]["step_time_s"]
-head, tail = statistics.fmean(loss[:10]), statistics.fmean(loss[-max(1, len(loss) // 10):])
-drop = 1 - tail / head
-steady = times[min(50, len(times) // 5):]
-mfu = f"{rank['mfu']:.1%}" if rank["mfu"] is not None else f"unknown (no peak for {rank['device_name']})"
-print(f"{rank['device_name']}, {rank['parameters'] / 1e9:.2f} B parameters, bf16 {rank['bf16']}, "
-      f"{rank['steps_done']}/{rank['steps_requested']} steps: MFU {mfu}, {rank['tokens_per_second']:.0f} tokens/s, "
-      f"loss {head:.3f} -> {tail:.3f} (drop {drop:.1%}, preset asks {rank['loss_drop_min']:.0%}), "
-      f"step time median {statistics.median(steady) * 1000:.1f} ms, p99 "
-      f"{sorted(steady)[int(0.99 * (len(steady) - 1))] * 1000:.1f} ms, torch NCCL {rank['nccl_version']}")
-sys.exit(0 if rank["violation"] is None and rank["steps_done"] == 200 and drop >= rank["loss_drop_min"] else 1)
-EOF
-)
-verdict "1b training" $((status | $?)) "${figures:-no result: $(tail -n 3 "$OUT/train-1b.err" | tr '\n' ' ')}"
-
-# 2. a GPU node's rank without a GPU refuses to run.
-CUDA_VISIBLE_DEVICES="" torchrun 120 1 sweep.py --min-bytes 1M --max-bytes 1M --gradient-bytes 1M \
-    --require-cuda >"$OUT/refused.out" 2>"$OUT/refused.err"
-status=$?
-refusal=$(grep -m 1 '^PROVISION-REFUSED ' "$OUT/refused.out")
-[ "$status" -ne 0 ] && [ -n "$refusal" ]
-verdict "CUDA-less run refused" $? "exit status $status; ${refusal:-no refusal printed}"
-
-# 3. the torch sweep on one GPU, bf16.
-torchrun 300 1 sweep.py --min-bytes 32M --max-bytes 1G --gradient-bytes 100M --dtype bfloat16 \
-    --require-cuda >"$OUT/sweep.out" 2>"$OUT/sweep.err"
-status=$?
-figures=$("$PYTHON" - "$OUT/sweep.out" 2>>"$OUT/sweep.err" <<'EOF'
-import json, sys
-line = next(l for l in open(sys.argv[1]) if l.startswith("PROVISION-SWEEP "))
-facts = json.loads(line.split(" ", 1)[1])
-wrong = sum(row["wrong"] or 0 for row in facts["rows"])
-print(f"{facts['backend']}, {facts['ranks']} rank, {facts['dtype']}: "
-      + ", ".join(f"{row['size_bytes'] >> 20} MiB {row['time_us']:.0f} us" for row in facts["rows"])
-      + f"; wrong elements {wrong}")
-sys.exit(0 if wrong == 0 and facts["backend"] == "nccl" else 1)
-EOF
-)
-verdict "sweep on one GPU" $((status | $?)) "${figures:-no result: $(tail -n 3 "$OUT/sweep.err" | tr '\n' ' ')}"
-
-# 4. two ranks on one GPU over gloo, gradient fault on rank 1 at step 5.
-torchrun 300 2 smoke_train.py --preset small --steps 50 --backend gloo --inject-grad-fault 1 \
-    --inject-at-step 5 >"$OUT/fault.out" 2>"$OUT/fault.err"
-status=$?
-figures=$("$PYTHON" - "$OUT/fault.out" 2>>"$OUT/fault.err" <<'EOF'
-import json, sys
-line = next(l for l in open(sys.argv[1]) if l.startswith("PROVISION-TRAIN "))
-ranks = json.loads(line.split(" ", 1)[1])["ranks"]
-violation = ranks[0]["violation"] or {}
-print(f"{ranks[0]['backend']} on {ranks[0]['device']} and {ranks[1]['device']}: {violation.get('check')} at step "
-      f"{violation.get('step')} on ranks {violation.get('ranks')}, {ranks[0]['steps_done']} steps run")
-# Two ranks cannot outvote each other: both are named, at the step of the fault.
-sys.exit(0 if (violation.get("check"), violation.get("step")) == ("grad_norm_consistency", 5)
-         and 1 in violation.get("ranks", []) else 1)
-EOF
-)
-verdict "injected gradient fault" $((status | $?)) "${figures:-no result: $(tail -n 3 "$OUT/fault.err" | tr '\n' ' ')}"
-
-# 5. nccl-tests against the installed NCCL.
+# 3. nccl-tests against the installed NCCL, built for this GPU only.
 build=$OUT/nccl-tests
 nccl_tests() {
+    local cuda_home=${CUDA_HOME:-} nccl_home=${NCCL_HOME:-} arch nvcc
+    nvcc=$(command -v nvcc || true)
+    if [ -z "$cuda_home" ] && [ -n "$nvcc" ]; then
+        cuda_home=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+    fi
+    if [ -z "$nccl_home" ] && [ -f /usr/include/nccl.h ]; then
+        nccl_home=/usr
+    elif [ -z "$nccl_home" ]; then
+        # The nvidia-nccl wheel: a namespace package (its __file__ is None), headers and
+        # libnccl.so.2, no libnccl.so for the linker: a folder of links here gives it one.
+        local wheel
+        wheel=$("$PYTHON" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+        if [ -z "$wheel" ] && [ "$DRY_RUN" = 1 ]; then
+            wheel="<the nvidia-nccl wheel's folder>"
+        elif [ -z "$wheel" ]; then
+            echo "no NCCL: no /usr/include/nccl.h and no nvidia-nccl wheel for $PYTHON"
+            return 1
+        fi
+        nccl_home=$OUT/nccl-home
+        mkdir -p "$nccl_home/lib"
+        ln -sfn "$wheel/include" "$nccl_home/include"
+        ln -sf "$wheel/lib/libnccl.so.2" "$nccl_home/lib/libnccl.so.2"
+        ln -sf libnccl.so.2 "$nccl_home/lib/libnccl.so"
+    fi
+    arch=$("$PYTHON" -c 'import torch; print("%d%d" % torch.cuda.get_device_capability(0))' 2>/dev/null || echo 90)
+    local make_line=(make -C "$build/src" -j "$(nproc)" BUILDDIR="$build/build" MPI=0 CUDA_HOME="$cuda_home"
+                     NCCL_HOME="$nccl_home" "NVCC_GENCODE=-gencode=arch=compute_$arch,code=sm_$arch"
+                     "$build/build/all_reduce_perf")
+    local run_line=(env LD_LIBRARY_PATH="$nccl_home/lib:${LD_LIBRARY_PATH:-}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT
+                    "$build/build/all_reduce_perf" -b 32M -e 8G -f 2 -g 1)
     mkdir -p "$build"
     if [ -d "$NCCL_TESTS_SOURCE" ]; then
         cp -r "$NCCL_TESTS_SOURCE/." "$build/"
+    elif [ -f "$NCCL_TESTS_SOURCE" ]; then
+        tar -xzf "$NCCL_TESTS_SOURCE" -C "$build" --strip-components=1 || return 1
     else
-        local tarball=$NCCL_TESTS_SOURCE
-        if [ ! -f "$tarball" ]; then
-            tarball=$OUT/nccl-tests.tar.gz
-            curl -fsSL --max-time 60 -o "$tarball" "$NCCL_TESTS_SOURCE" || { echo "cannot fetch $NCCL_TESTS_SOURCE"; return 1; }
-        fi
-        tar -xzf "$tarball" -C "$build" --strip-components=1 || return 1
+        echo "no nccl-tests source at $NCCL_TESTS_SOURCE (copy NVIDIA's 2.17.8 release tarball there)"
+        return 1
     fi
-    local cuda_home=${CUDA_HOME:-}
-    if [ -z "$cuda_home" ]; then
-        cuda_home=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
+    if [ "$DRY_RUN" = 1 ]; then
+        # make -n: the commands the build would run, from the real Makefile, without compiling.
+        "${make_line[@]}" -n NVCC="${nvcc:-nvcc}" >"$OUT/nccl-tests-build.log" 2>&1 || {
+            echo "make -n failed: $(tail_of "$OUT/nccl-tests-build.log")"; return 1; }
+        grep -q -- "-gencode=arch=compute_$arch,code=sm_$arch" "$OUT/nccl-tests-build.log" || {
+            echo "make -n does not compile for sm_$arch: $(tail_of "$OUT/nccl-tests-build.log")"; return 1; }
+        echo "would build: ${make_line[*]} ($(grep -c -- '-gencode' "$OUT/nccl-tests-build.log") nvcc/link lines," \
+             "sm_$arch only); would run: ${run_line[*]}"
+        return 0
     fi
-    local nccl_home=${NCCL_HOME:-}
-    if [ -z "$nccl_home" ] && [ -f /usr/include/nccl.h ]; then
-        nccl_home=/usr
-    elif [ -z "$nccl_home" ]; then  # the NCCL wheel torch brought: headers and libnccl.so.2
-        nccl_home=$("$PYTHON" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))') || return 1
-        [ -e "$nccl_home/lib/libnccl.so" ] || ln -sf libnccl.so.2 "$nccl_home/lib/libnccl.so"
+    [ -n "$cuda_home" ] || { echo "no nvcc on PATH and no CUDA_HOME"; return 1; }
+    echo "building for sm_$arch with CUDA_HOME=$cuda_home NCCL_HOME=$nccl_home" >"$OUT/nccl-tests-build.log"
+    timeout "$(limit 240)" "${make_line[@]}" >>"$OUT/nccl-tests-build.log" 2>&1 || {
+        echo "build failed: $(tail_of "$OUT/nccl-tests-build.log")"; return 1; }
+    if ldd "$build/build/all_reduce_perf" | grep -q 'not found'; then
+        echo "all_reduce_perf cannot load: $(ldd "$build/build/all_reduce_perf" | grep 'not found' | tr '\n' ' ')"
+        return 1
     fi
-    echo "building with CUDA_HOME=$cuda_home NCCL_HOME=$nccl_home"
-    make -C "$build" -j "$(nproc)" MPI=0 CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_home" \
-        NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" >"$OUT/nccl-tests-build.log" 2>&1 || {
-        echo "build failed: $(tail -n 3 "$OUT/nccl-tests-build.log" | tr '\n' ' ')"; return 1; }
-    LD_LIBRARY_PATH=$nccl_home/lib:${LD_LIBRARY_PATH:-} NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
-        timeout 300 "$build/build/all_reduce_perf" -b 32M -e 8G -f 2 -g 1 >"$OUT/all_reduce_perf.out" 2>&1 || {
-        echo "all_reduce_perf failed: $(tail -n 3 "$OUT/all_reduce_perf.out" | tr '\n' ' ')"; return 1; }
-    local inspect=("$ROOT/.venv/bin/provision" inspect nccl-tests)
-    [ -x "${inspect[0]}" ] || inspect=(env PYTHONPATH="$ROOT" "$PYTHON" -m provisioner.cli inspect nccl-tests)
-    "${inspect[@]}" "$OUT/all_reduce_perf.out" >"$OUT/all_reduce_perf.json" || {
-        echo "provision inspect nccl-tests refused the output"; return 1; }
-    "$PYTHON" - "$OUT/all_reduce_perf.json" <<'EOF'
-import json, sys
-facts = json.load(open(sys.argv[1]))
-last = facts["rows"][-1]
-print(f"{facts['ranks']} rank, NCCL {facts['nccl_version']}, nccl-tests {facts['nccl_tests_version']}: "
-      f"{len(facts['rows'])} sizes, {last['size_bytes'] >> 20} MiB in {last['out_of_place']['time_us']:.0f} us "
-      f"(algbw {last['out_of_place']['algbw_gbps']} GB/s), wrong "
-      f"{sum((r[p]['wrong'] or 0) for r in facts['rows'] for p in ('out_of_place', 'in_place'))}")
-EOF
+    timeout "$(limit 120)" "${run_line[@]}" >"$OUT/all_reduce_perf.out" 2>&1 || {
+        echo "all_reduce_perf failed: $(tail_of "$OUT/all_reduce_perf.out")"; return 1; }
+    "$PYTHON" "$FIGURES" nccl-tests "$OUT/all_reduce_perf.out"
 }
-nccl_tests >"$OUT/nccl-tests.txt" 2>&1
-status=$?
-verdict "nccl-tests" "$status" "$(tail -n 1 "$OUT/nccl-tests.txt")"
+if step nccl-tests 60; then
+    nccl_tests >"$OUT/nccl-tests.txt" 2>&1
+    status=$?
+    verdict nccl-tests "$status" "$([ "$DRY_RUN" = 1 ] && echo 'dry run: ')$(tail -n 1 "$OUT/nccl-tests.txt")"
+fi
 
-say "$failures step(s) failed"
+# 4. Two ranks on one GPU (on the CPU in a dry run) over gloo, gradient fault on rank 1 at step 5.
+preset=small
+[ "$DRY_RUN" = 1 ] && preset=tiny
+if step "injected gradient fault" 90; then
+    torchrun "$(limit 90)" 2 smoke_train.py --preset "$preset" --steps 50 --backend gloo --inject-grad-fault 1 \
+        --inject-at-step 5 >"$OUT/fault.out" 2>"$OUT/fault.err"
+    status=$?
+    figures=$("$PYTHON" "$FIGURES" fault "$OUT/fault.out" 2>>"$OUT/fault.err")
+    verdict "injected gradient fault" $((status == 124 ? 124 : $?)) "${figures:-no result: $(tail_of "$OUT/fault.err")}"
+fi
+
+# 5. The torch sweep: one GPU in bf16 over NCCL; two CPU ranks over gloo in a dry run.
+if step sweep 60; then
+    if [ "$DRY_RUN" = 1 ]; then
+        torchrun "$(limit 60)" 2 sweep.py --min-bytes 1M --max-bytes 4M --gradient-bytes 4M --dtype bfloat16 \
+            --iters 3 --repeats 3 >"$OUT/sweep.out" 2>"$OUT/sweep.err"
+        backend=gloo
+    else
+        torchrun "$(limit 60)" 1 sweep.py --min-bytes 32M --max-bytes 1G --gradient-bytes 100M --dtype bfloat16 \
+            --require-cuda >"$OUT/sweep.out" 2>"$OUT/sweep.err"
+        backend=nccl
+    fi
+    status=$?
+    figures=$("$PYTHON" "$FIGURES" sweep "$OUT/sweep.out" "$backend" 2>>"$OUT/sweep.err")
+    verdict sweep $((status == 124 ? 124 : status | $?)) "${figures:-no result: $(tail_of "$OUT/sweep.err")}"
+fi
+
+# 6. A GPU node's rank without a GPU refuses to run.
+if step "CUDA-less run refused" 45; then
+    CUDA_VISIBLE_DEVICES="" torchrun "$(limit 45)" 1 sweep.py --min-bytes 1M --max-bytes 1M --gradient-bytes 1M \
+        --require-cuda >"$OUT/refused.out" 2>"$OUT/refused.err"
+    status=$?
+    refusal=$(grep -m 1 '^PROVISION-REFUSED ' "$OUT/refused.out")
+    [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && [ -n "$refusal" ]
+    verdict "CUDA-less run refused" $? "exit status $status; ${refusal:-no refusal printed}"
+fi
+
+say "$failures step(s) failed in ${SECONDS} s"
 [ "$failures" -eq 0 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from provisioner import fabric, fleet, monitoring, munge, nccl_profiles, packages, slurm_config, tables
+from provisioner import cuda_compat, fabric, fleet, monitoring, munge, nccl_profiles, packages, slurm_config, tables
 from provisioner.certify import jobs as certify_jobs
 from provisioner.parsers import PARSERS, ParseError, parse_nvidia_smi_csv
 
@@ -166,10 +166,26 @@ def apt_names(wanted: dict[str, str]) -> list[str]:
     return packages.apt_names(dict(wanted))
 
 
+def torch_driver_problem(pip_packages: list[str], driver_version: str, extra_index_url: str = "",
+                         stated: str = "") -> str:
+    """Why the pinned torch cannot use the GPUs under the pinned driver; '' when it can."""
+    return cuda_compat.torch_driver_problem([str(pin) for pin in pip_packages], str(driver_version or ""),
+                                            str(extra_index_url or ""), str(stated or "")) or ""
+
+
+def cuda_arch_problem(arch: str, cuda_release: str) -> str:
+    return cuda_compat.arch_problem(str(arch), str(cuda_release)) or ""
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "certify_busy_nodes": certify_jobs.busy_nodes,
+            "torch_driver_problem": torch_driver_problem,
+            "cuda_arch": cuda_compat.cuda_arch,
+            "cuda_arch_problem": cuda_arch_problem,
+            "nvcc_gencode": cuda_compat.nvcc_gencode,
+            "ldd_missing": cuda_compat.ldd_missing,
             "pip_pins_to_install": packages.pip_pins_to_install,
             "dpkg_query_argv": dpkg_query_argv,
             "dpkg_state": dpkg_state,

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from provisioner.cuda_compat import torch_driver_problem
 from provisioner.errors import InputError, InputProblem
 from provisioner.munge import munge_key_problem
 from provisioner.nccl_profiles import load_profiles
@@ -546,6 +548,38 @@ def _check_addresses(hostvars: dict[str, dict[str, Defined]], reader: _Reader) -
                            f"{other!r}", defined.file)
 
 
+def _certification_defaults() -> dict[str, Any]:
+    """The certification role's defaults (the pins an inventory that sets none installs)."""
+    return yaml.safe_load((PROJECT_ROOT / "roles/certification/defaults/main.yml").read_text())
+
+
+def _check_torch_driver(gpu_nodes: list[str], merged: dict[str, dict[str, Defined]], reader: _Reader) -> None:
+    """On GPU nodes that must run the certification on their GPUs, the pinned torch's CUDA
+    build runs under the pinned driver; each distinct problem is reported once."""
+    defaults = _certification_defaults()
+    reported: set[tuple[str, str, str]] = set()
+    for host in gpu_nodes:
+        variables = {name: defined.value for name, defined in merged[host].items()}
+        require = variables.get("certification_require_cuda", True)
+        settings = [variables.get(name, defaults.get(name, "")) for name in
+                    ("certification_pip_packages", "gpu_driver_version", "certification_pip_extra_index_url",
+                     "certification_torch_cuda")]
+        if require is False or any("{{" in str(setting) for setting in settings) or \
+                not isinstance(settings[0], list):
+            continue
+        pins, driver, index, stated = settings
+        problem = torch_driver_problem([str(pin) for pin in pins], str(driver or ""), str(index or ""),
+                                       str(stated or ""))
+        if problem is None:
+            continue
+        where = next((merged[host][name] for name in ("certification_torch_cuda", "certification_pip_packages",
+                                                       "gpu_driver_version") if name in merged[host]), None)
+        file, key = (where.file, where.key) if where else (reader.hosts_display, "certification_pip_packages")
+        if (file, key, problem) not in reported:
+            reported.add((file, key, problem))
+            reader.problem(key, problem, file)
+
+
 def load_inventory(name_or_path: str) -> Inventory:
     """Load and validate an inventory; raise InputError listing every problem found."""
     directory = resolve_inventory_dir(name_or_path)
@@ -588,6 +622,8 @@ def load_inventory(name_or_path: str) -> Inventory:
             reader.problems.extend(
                 _pydantic_problems(error, variables, (reader.hosts_display, reader.host_keys[host]), hint))
 
+    if gpu_nodes:
+        _check_torch_driver(list(gpu_nodes), merged, reader)
     if reader.problems:
         raise InputError(reader.problems)
     return Inventory(

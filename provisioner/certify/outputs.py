@@ -122,6 +122,24 @@ _NODE_LINES = (re.compile(r"srun: error: Node failure on (?P<node>[^\s:]+)"),
 _TERMINATED = re.compile(r"Terminating (?:Step|Job)Id=|Force Terminated|\*\*\* (?:STEP|JOB) .* CANCELLED")
 
 
+# NCCL's warnings carry the source file: transport/nvls.cc is NVLink SHARP's setup (multicast
+# objects over NVSwitch, which the fabric manager provides).
+_NVLS_WARNING = re.compile(r"^(?:(?P<host>[^\s:]+):\d+:\d+ \[\d+\] )?\S*nvls\.cc:\d+ NCCL WARN (?P<what>.*)$|"
+                           r"^(?:(?P<host2>[^\s:]+):\d+:\d+ \[\d+\] )?\S* ?NCCL WARN (?P<what2>.*\bNVLS\b.*)$",
+                           re.MULTILINE)
+
+
+def nvls_failure(text: str) -> str | None:
+    """'NVLS unavailable: fabric manager? (<host>: <warning>)' when NCCL warned while setting up
+    NVLS, else None. nccl-tests' NCCL falls back to other algorithms; torch's fails the job."""
+    match = _NVLS_WARNING.search(text)
+    if match is None:
+        return None
+    host = match.group("host") or match.group("host2")
+    what = (match.group("what") or match.group("what2") or "").strip()
+    return f"NVLS unavailable: fabric manager? ({f'{host}: ' if host else ''}{what[:200]})"
+
+
 def failed_nodes(stderr: str) -> tuple[list[str], str]:
     """The nodes Slurm reports failed before the step was ended (node failure, failed launch,
     not responding, tasks killed by a signal or out of memory), and the first such line.
@@ -264,8 +282,9 @@ def job_outcome(job: Job, runs: list[dict[str, Any]], gradient_bytes: int, strag
             if not named and run.get("hung_named"):
                 named, line = list(run["hung_named"]), run.get("hung_detail", "")
             tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+            reason = nvls_failure(stdout + "\n" + stderr) or line
             return JobOutcome(job, "failed", named=named,
-                              reason=line or f"exit status {run.get('rc')}" + (f": {tail[-200:]}" if tail else ""))
+                              reason=reason or f"exit status {run.get('rc')}" + (f": {tail[-200:]}" if tail else ""))
         try:
             facts = read_output(job.instrument, stdout)
         except (ParseError, ValueError, KeyError) as error:

@@ -170,10 +170,11 @@ def write_html(path: Path, document: dict[str, Any]) -> Path:
     training = document.get("training", {})
     speed = ""
     if training:
-        mfu = f", MFU {training['mfu']:.1%}" if training.get("mfu") else ""
+        mfu = (f", MFU {training['mfu']:.1%} of {html.escape(str(training.get('device_name')))}'s "
+               f"{training['peak_tflops']:g} TFLOP/s dense bf16 peak" if training.get("mfu") else "")
         speed = (f"<p>Smoke training: {training['ranks']} ranks, preset {html.escape(training['preset'])}, "
                  f"{training['steps_done']}/{training['steps_requested']} steps, "
-                 f"{training['tokens_per_second']:.0f} tokens/s{mfu}.</p>")
+                 f"{training['tokens_per_second']:.0f} tokens/s after the warm-up steps{mfu}.</p>")
     versions = document.get("nccl_versions") or {}
     nccl = "".join(
         f"<p>NCCL ({label}): " + html.escape(", ".join(f"{version} on {', '.join(sorted(nodes))}"

@@ -142,9 +142,14 @@ def parameter_checksum(model: nn.Module) -> float:
 
 
 def flops_per_token(model: nn.Module, preset: Preset) -> float:
-    """Training FLOPs per token: 6 x parameters + attention (12 x layers x width x sequence)."""
-    parameters = sum(p.numel() for p in model.parameters())
-    return 6 * parameters + 12 * preset.layers * preset.width * preset.sequence
+    """Training FLOPs per token (forward and backward, 3 x the forward's):
+    - 6 x the weights of the matrix products: every parameter but the position table, a lookup
+      (the token table is also the output head, a product);
+    - causal attention, 6 x layers x width x sequence: Q.K^T and the weighted sum of V take
+      2 x 2 x width FLOPs per key, and a causal token attends to half the sequence on average
+      (PaLM's 12 x layers x width x sequence counts every key)."""
+    weights = sum(p.numel() for p in model.parameters()) - model.positions.weight.numel()
+    return 6 * weights + 6 * preset.layers * preset.width * preset.sequence
 
 
 def gpu_model_key(name: str) -> str:
@@ -294,10 +299,12 @@ def main() -> None:
     series: dict[str, list[float]] = {"mean_loss": [], "step_time_s": []}
     violation = None
     started = time.perf_counter()
+    step_starts: list[float] = []
     for step in range(args.steps):
         tokens = synthetic_batch(preset, generator, device)
         synchronize(device)
         step_start = time.perf_counter()
+        step_starts.append(step_start)
         clock.begin(step)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = ddp(tokens[:, :-1])
@@ -329,7 +336,8 @@ def main() -> None:
         violation = first_violation(step, stacked[:, :2], hosts, args.grad_norm_tolerance)
         if violation:
             break
-    elapsed = time.perf_counter() - started
+    finished = time.perf_counter()
+    elapsed = finished - started
     heartbeat.advance("finishing")
     checksum = torch.tensor([parameter_checksum(model)], dtype=torch.float64, device=device)
     checksums = [torch.zeros_like(checksum) for _ in range(world)]
@@ -349,7 +357,11 @@ def main() -> None:
     heartbeat.stop()
     everyone: list[dict | None] = [None] * world
     dist.all_gather_object(everyone, summary)
-    tokens_per_second = steps_done * preset.batch * preset.sequence * world / elapsed
+    # Throughput and MFU over the steps after the warm-up: the first steps carry start-up
+    # (allocator growth, kernel selection, NCCL's connections), not the machine's rate.
+    steady_steps = steps_done - warm
+    steady_s = finished - step_starts[warm] if steady_steps > 0 else elapsed
+    tokens_per_second = max(1, steady_steps) * preset.batch * preset.sequence * world / steady_s
     peak = peak_flops(device)
     flops = flops_per_token(model, preset)
     if rank == 0:
@@ -361,7 +373,8 @@ def main() -> None:
             "loss_drop_min": loss_drop_required(preset, args.steps), "bucket_mb": args.bucket_mb,
             "peak_tflops": peak / 1e12 if peak else None, "fault_injected": args.inject_grad_fault is not None,
             "violation": violation, "series": series, "parameter_checksums": [c.item() for c in checksums],
-            "elapsed_s": elapsed, "tokens_per_second": tokens_per_second,
+            "elapsed_s": elapsed, "steady_s": steady_s, "steady_steps": steady_steps,
+            "tokens_per_second": tokens_per_second, "flops_per_token": flops,
             "mfu": tokens_per_second * flops / (world * peak) if peak else None,
             "ranks": everyone,
         }
