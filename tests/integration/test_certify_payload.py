@@ -152,3 +152,30 @@ def test_a_cpu_run_on_a_gpu_node_is_refused_naming_host_and_rank():
 ])
 def test_peak_is_matched_by_the_whole_gpu_name(name: str, tflops: float | None):
     assert smoke_train.PEAK_BF16_TFLOPS.get(smoke_train.gpu_model_key(name)) == tflops
+
+
+def test_flops_per_token_counts_matrix_weights_and_causal_attention():
+    preset = smoke_train.PRESETS["tiny"]
+    with torch.device("cpu"):
+        model = smoke_train.Decoder(preset)
+    weights = sum(p.numel() for p in model.parameters()) - preset.sequence * preset.width
+    # Causal attention: half of PaLM's 12 x layers x width x sequence.
+    attention = 6 * preset.layers * preset.width * preset.sequence
+    assert smoke_train.flops_per_token(model, preset) == 6 * weights + attention
+
+
+def test_throughput_leaves_the_warm_up_steps_out():
+    done = launch("smoke_train.py", 1, "--steps", "25", "--warmup-steps", "5")
+    facts = read_output("train", done.stdout)
+    assert facts["warmup_steps"] == 5 and facts["steady_steps"] == 20
+    assert facts["steady_s"] < facts["elapsed_s"]
+    tokens = facts["steady_steps"] * facts["config"]["batch"] * facts["config"]["sequence"]
+    assert facts["tokens_per_second"] == pytest.approx(tokens / facts["steady_s"])
+
+
+def test_torch_check_reports_what_torch_sees():
+    done = subprocess.run([sys.executable, str(PAYLOAD / "torch_check.py")], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=True)
+    facts = json.loads(done.stdout)
+    assert facts["torch"] == torch.__version__ and facts["cuda_available"] is False
+    assert facts["device_count"] == 0 and facts["all_reduce"] is None and facts["gloo_available"] is True

@@ -11,6 +11,7 @@ from provisioner.certify.outputs import (
     Watch,
     failed_nodes,
     job_outcome,
+    nvls_failure,
     stragglers,
 )
 from provisioner.certify.schedule import Job
@@ -134,3 +135,15 @@ def test_a_training_names_its_stragglers_and_the_ranks_whose_gradients_differ():
     facts["violation"] = {"check": "grad_norm_consistency", "step": 20, "ranks": [5], "hosts": ["gpu03"]}
     outcome = job_outcome(job, [{"rc": 0, "stdout": "PROVISION-TRAIN " + json.dumps(facts) + "\n"}], 1, 10)
     assert outcome.status == "failed" and outcome.named == ["gpu03"]
+
+
+def test_a_torch_job_that_failed_setting_up_nvls_says_so_in_words():
+    job = Job("train", "training", ["gpu01", "gpu02"])
+    stdout = ("gpu01:4242:4300 [3] NCCL INFO NVLS multicast support is available on dev 3\n"
+              "gpu01:4242:4300 [3] transport/nvls.cc:152 NCCL WARN Cuda failure 801 'operation not supported'\n")
+    stderr = "torch.distributed.DistBackendError: NCCL error: unhandled cuda error\n"
+    outcome = job_outcome(job, [{"rc": 1, "stdout": stdout, "stderr": stderr}], 1 << 20, 10)
+    assert outcome.status == "failed"
+    assert outcome.reason == "NVLS unavailable: fabric manager? (gpu01: Cuda failure 801 'operation not supported')"
+    # No NVLS on a node without NVSwitch is NCCL's information, not a failure.
+    assert nvls_failure("gpu01:1:2 [0] NCCL INFO NVLS multicast support is not available on dev 0\n") is None
