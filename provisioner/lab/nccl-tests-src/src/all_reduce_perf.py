@@ -98,11 +98,32 @@ def main():
         raise
 
 
+def visible_gpus():
+    """The GPUs this task sees: CUDA_VISIBLE_DEVICES where set, else the node's device files."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return len([d for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()])
+    return len([name for name in os.listdir("/dev") if name.startswith("nvidia") and name[6:].isdigit()])
+
+
+def gpu_for_task():
+    """nccl-tests' choice: NCCL_TESTS_DEVICE, else the task's rank among those of its node (its
+    local rank: right when each task sees every GPU). A GPU it cannot see fails as cudaSetDevice does."""
+    local = int(os.environ.get("SLURM_LOCALID", "0"))
+    device = int(os.environ["NCCL_TESTS_DEVICE"]) if os.environ.get("NCCL_TESTS_DEVICE") else local
+    if device >= visible_gpus():
+        print(f"{socket.gethostname()}: Test CUDA failure common.cu:1304 'invalid device ordinal'", flush=True)
+        sys.exit(1)
+    return device
+
+
 def run(args):
     major, minor, patch, cuda = nccl_library()
     state = node_state()
+    device = gpu_for_task()
     rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
-    port = 20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000
+    # The stand-in's own meeting point (the real one meets through MPI): outside the ephemeral
+    # ports and the torchrun range.
+    port = 30500 + int(os.environ.get("SLURM_JOB_ID", "0")) % 1000
     dist.init_process_group("gloo", init_method=f"tcp://{first_host()}:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=args.timeout or 120))
     interface = os.environ.get("NCCL_SOCKET_IFNAME") or os.environ.get("GLOO_SOCKET_IFNAME") or "eth0"
@@ -116,7 +137,7 @@ def run(args):
     local = int(os.environ.get("SLURM_LOCALID", "0"))
     gpu_name = gpus[local]["name"] if local < len(gpus) else "NVIDIA H100 80GB HBM3"
     names = [None] * world
-    dist.all_gather_object(names, (socket.gethostname(), os.getpid(), local, gpu_name))
+    dist.all_gather_object(names, (socket.gethostname(), os.getpid(), device, gpu_name))
     dtype, width = TYPES[args.datatype]
     sizes, current = [], size(args.minbytes)
     while current <= size(args.maxbytes):
