@@ -568,6 +568,7 @@ def _check_torch_driver(gpu_nodes: list[str], merged: dict[str, dict[str, Define
                 not isinstance(settings[0], list):
             continue
         pins, driver, index, stated = settings
+        driver = variables.get("certification_driver_version") or driver
         problem = torch_driver_problem([str(pin) for pin in pins], str(driver or ""), str(index or ""),
                                        str(stated or ""))
         if problem is None:
