@@ -28,3 +28,20 @@ def test_gpu_bench_dry_run_passes_on_the_cpu(tmp_path: Path):
     else:
         assert "SKIP nccl-tests: no nccl-tests source at" in summary and "would run: env" in summary
 
+
+
+def test_gpu_figures_reads_nccl_tests_with_the_parser_alone():
+    """The GPU machine has no rich, pydantic or ansible-runner: the figures load the parser's
+    module by itself, never the package's __init__ modules or the CLI."""
+    fixture = next((ROOT / "tests/fixtures/nccl").glob("*all_reduce*.txt"))
+    probe = ("import runpy, sys\n"
+             "script, sys.argv = sys.argv[1], ['gpu_figures.py', 'nccl-tests', sys.argv[2]]\n"
+             "try:\n    runpy.run_path(script, run_name='__main__')\nexcept SystemExit as end:\n    code = end.code\n"
+             "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('rich', 'pydantic', 'ansible_runner', "
+             "'yaml') or m in ('provisioner.cli', 'provisioner.parsers.dcgm'))\n"
+             "print('LOADED', loaded, 'EXIT', code)\n")
+    done = subprocess.run([sys.executable, "-c", probe, str(ROOT / "bench/gpu_figures.py"), str(fixture)],
+                          capture_output=True, text=True, cwd=ROOT,
+                          timeout=60, check=False)
+    assert "LOADED [] EXIT 0" in done.stdout, done.stdout + done.stderr
+    assert "sizes" in done.stdout and "wrong 0" in done.stdout
