@@ -47,6 +47,11 @@ def write_local_inventory(directory: Path, host_vars: dict[str, dict] | None = N
         "alertmanager_webhook_password": SECRET,
         "probe_dir": str(directory / "probe"),
         "gpu_driver_version": "535.161.08",
+        # The certification toolkit's pins, which preflight checks; its torch is not checked
+        # against the driver (no GPUs here).
+        "certification_require_cuda": False,
+        "certification_cuda_packages": {"cuda-nvcc-12-2": "12.2.140-1", "cuda-cudart-dev-12-2": "12.2.140-1",
+                                        "libnccl2": "2.18.5-1+cuda12.2", "libnccl-dev": "2.18.5-1+cuda12.2"},
         # No Slurm here: job accounting (which needs its database password) is off.
         "slurm_accounting": False,
     }))
