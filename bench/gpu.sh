@@ -135,7 +135,8 @@ nccl_tests() {
     local make_line=(make -C "$build/src" -j "$(nproc)" BUILDDIR="$build/build" MPI=0 CUDA_HOME="$cuda_home"
                      NCCL_HOME="$nccl_home" "NVCC_GENCODE=-gencode=arch=compute_$arch,code=sm_$arch"
                      "$build/build/all_reduce_perf")
-    local run_line=(env LD_LIBRARY_PATH="$nccl_home/lib:${LD_LIBRARY_PATH:-}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT
+    local libraries="$nccl_home/lib:${cuda_home:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    local run_line=(env LD_LIBRARY_PATH="$libraries" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT
                     "$build/build/all_reduce_perf" -b 32M -e 8G -f 2 -g 1)
     mkdir -p "$build"
     if [ -d "$NCCL_TESTS_SOURCE" ]; then
@@ -164,8 +165,10 @@ nccl_tests() {
     echo "building for sm_$arch with CUDA_HOME=$cuda_home NCCL_HOME=$nccl_home" >"$OUT/nccl-tests-build.log"
     timeout "$(limit 240)" "${make_line[@]}" >>"$OUT/nccl-tests-build.log" 2>&1 || {
         echo "build failed: $(tail_of "$OUT/nccl-tests-build.log")"; return 1; }
-    if ldd "$build/build/all_reduce_perf" | grep -q 'not found'; then
-        echo "all_reduce_perf cannot load: $(ldd "$build/build/all_reduce_perf" | grep 'not found' | tr '\n' ' ')"
+    local missing
+    missing=$(LD_LIBRARY_PATH=$libraries ldd "$build/build/all_reduce_perf" | grep 'not found' | tr '\n' ' ')
+    if [ -n "$missing" ]; then
+        echo "all_reduce_perf cannot load: $missing"
         return 1
     fi
     timeout "$(limit 120)" "${run_line[@]}" >"$OUT/all_reduce_perf.out" 2>&1 || {
