@@ -368,9 +368,10 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "certification_srun_mpi": "pmix",
         # Two containers share this machine's few CPUs: timings wander far more than on dedicated
         # GPUs, so the lab allows more spread. A node container built minutes before measured up to
-        # 32 % below its partner (and level with it a few minutes later); the slowed node of the
-        # tests is more than 50 % below.
-        "certification_variance_percent": 40,
+        # 32 % below its partner (and level with it a few minutes later), and with three GPU nodes
+        # on two CPUs one node's nccl-tests alone measured 40.7 % below the others'; the slowed
+        # node of the tests is more than 50 % below.
+        "certification_variance_percent": 45,
         # Four ranks on two CPUs time-slice with everything else the machine runs: an idle lab's
         # 200-step trainings measured CVs of 0.12-0.16, with the step time moving up 50 % for a
         # third of a run and back; a loaded CI machine went over 0.3. Here the bound catches
