@@ -548,33 +548,34 @@ def _check_addresses(hostvars: dict[str, dict[str, Defined]], reader: _Reader) -
                            f"{other!r}", defined.file)
 
 
-def _certification_defaults() -> dict[str, Any]:
-    """The certification role's defaults (the pins an inventory that sets none installs)."""
-    return yaml.safe_load((PROJECT_ROOT / "roles/certification/defaults/main.yml").read_text())
+def role_defaults(role: str) -> dict[str, Any]:
+    """A role's defaults as written (templated values stay templates): what an inventory that
+    sets none of them gets, e.g. the certification role's pins."""
+    return yaml.safe_load((PROJECT_ROOT / "roles" / role / "defaults/main.yml").read_text())
 
 
 def _check_torch_driver(gpu_nodes: list[str], merged: dict[str, dict[str, Defined]], reader: _Reader) -> None:
     """On GPU nodes that must run the certification on their GPUs, the pinned torch's CUDA
     build runs under the pinned driver; each distinct problem is reported once."""
-    defaults = _certification_defaults()
+    defaults = role_defaults("certification")
     reported: set[tuple[str, str, str]] = set()
     for host in gpu_nodes:
         variables = {name: defined.value for name, defined in merged[host].items()}
         require = variables.get("certification_require_cuda", True)
+        driver = variables.get("certification_driver_version") or variables.get("gpu_driver_version", "")
         settings = [variables.get(name, defaults.get(name, "")) for name in
-                    ("certification_pip_packages", "gpu_driver_version", "certification_pip_extra_index_url",
-                     "certification_torch_cuda")]
-        if require is False or any("{{" in str(setting) for setting in settings) or \
+                    ("certification_pip_packages", "certification_pip_extra_index_url", "certification_torch_cuda")]
+        if require is False or any("{{" in str(setting) for setting in [*settings, driver]) or \
                 not isinstance(settings[0], list):
             continue
-        pins, driver, index, stated = settings
-        driver = variables.get("certification_driver_version") or driver
+        pins, index, stated = settings
         problem = torch_driver_problem([str(pin) for pin in pins], str(driver or ""), str(index or ""),
                                        str(stated or ""))
         if problem is None:
             continue
         where = next((merged[host][name] for name in ("certification_torch_cuda", "certification_pip_packages",
-                                                       "gpu_driver_version") if name in merged[host]), None)
+                                                       "certification_driver_version", "gpu_driver_version")
+                      if name in merged[host]), None)
         file, key = (where.file, where.key) if where else (reader.hosts_display, "certification_pip_packages")
         if (file, key, problem) not in reported:
             reported.add((file, key, problem))

@@ -17,11 +17,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-import yaml
-
+from provisioner.inventory import role_defaults
 from provisioner.lab.engine import EngineError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 NCCL_TESTS_SOURCE = Path(__file__).with_name("nccl-tests-src")
 NCCL_TESTS_TARBALL = "nccl-tests-lab.tar.gz"
 WHEELHOUSE = "wheels"
@@ -29,8 +27,7 @@ WHEELHOUSE = "wheels"
 
 def role_pins() -> list[str]:
     """The certification role's pinned packages (its defaults: one list for the lab and production)."""
-    defaults = yaml.safe_load((PROJECT_ROOT / "roles/certification/defaults/main.yml").read_text())
-    return list(defaults["certification_pip_packages"])
+    return list(role_defaults("certification")["certification_pip_packages"])
 
 
 def build_wheelhouse(cache: Path, log=print) -> Path:
