@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from provisioner.errors import InputError, InputProblem, LockHeldError
 from provisioner.inventory import Inventory, load_inventory
@@ -168,23 +169,32 @@ def _degree(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor 'recommend'") from None
 
 
+def _say(label: str, style: str, text: str) -> None:
+    """One line on stderr: a styled label, then text as written (never read as rich markup:
+    host names and paths may hold brackets)."""
+    error_console.print(Text.assemble((label, style), ": ", text), highlight=False, soft_wrap=True)
+
+
 def _print_problems(problems: list[InputProblem], what: str) -> None:
     for problem in problems:
-        error_console.print(f"[red]error[/]: {problem}", highlight=False, soft_wrap=True)
+        _say("error", "red", str(problem))
     count = len(problems)
-    error_console.print(f"{count} problem{'s' if count != 1 else ''} in {what}; nothing was run on any host",
-                        highlight=False)
+    error_console.print(Text(f"{count} problem{'s' if count != 1 else ''} in {what}; nothing was run on any host"),
+                        highlight=False, soft_wrap=True)
 
 
 def _load(name: str) -> Inventory:
-    return load_inventory(name)
+    inventory = load_inventory(name)
+    for warning in inventory.warnings:
+        _say("warning", "yellow", str(warning))
+    return inventory
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     inventory = _load(args.inventory)
     gpus = sum(node.gpu_count for node in inventory.gpu_nodes.values())
-    console.print(f"inventory {inventory.name} ({inventory.hosts_file}) is valid: {len(inventory.hosts)} hosts, "
-                  f"{len(inventory.gpu_nodes)} GPU nodes, {gpus} GPUs", highlight=False)
+    console.print(Text(f"inventory {inventory.name} ({inventory.hosts_file}) is valid: {len(inventory.hosts)} hosts, "
+                       f"{len(inventory.gpu_nodes)} GPU nodes, {gpus} GPUs"), highlight=False)
     return EXIT_OK
 
 
@@ -235,7 +245,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         facts = PARSERS[args.kind](text)
     except ParseError as error:
-        error_console.print(f"{args.file}: {error}")
+        error_console.print(Text(f"{args.file}: {error}"), soft_wrap=True)
         return EXIT_BAD_INPUT
     print(json.dumps(facts, indent=2))
     return EXIT_OK
@@ -330,10 +340,10 @@ def cmd_drain_resume(args: argparse.Namespace) -> int:
                                        extravars=extravars, argv=argv), console).exit_code
     history = node_history(base, args.node)
     if not history.certified_since_change and not args.force:
-        error_console.print(f"[red]refused[/]: {args.node} has not passed certification since its last change "
+        _say("refused", "red", f"{args.node} has not passed certification since its last change "
                             f"(last change: {history.last_change or 'none recorded'}, last passed certification: "
                             f"{history.last_certified or 'none'}); run provision certify --nodes {args.node},... "
-                            "or resume with --force", highlight=False)
+                            "or resume with --force")
         return EXIT_FAILED
     return run_playbook(RunRequest(command="resume", playbook="resume.yml", inventory=inventory, runs_dir=base,
                                    extravars={"_resume": [args.node]}, argv=argv), console).exit_code
@@ -360,7 +370,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
             cluster.lab_down(log=console.print)
             console.print("lab removed")
     except (EngineError, ValueError) as error:
-        error_console.print(f"[red]lab error[/]: {error}", highlight=False)
+        _say("lab error", "red", str(error))
         return EXIT_FAILED
     return EXIT_OK
 
@@ -388,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         _print_problems(error.problems, what)
         return EXIT_BAD_INPUT
     except LockHeldError as error:
-        error_console.print(f"[red]refused[/]: {error}", highlight=False, soft_wrap=True)
+        _say("refused", "red", str(error))
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:  # between playbook runs: a run itself is cancelled and recorded
         error_console.print("[yellow]interrupted[/]")

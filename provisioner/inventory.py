@@ -8,6 +8,7 @@ a host before the inventory validates.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,8 @@ from provisioner.errors import InputError, InputProblem
 from provisioner.munge import munge_key_problem
 from provisioner.nccl_profiles import load_profiles
 from provisioner.nccl_variables import variable_problem
-from provisioner.yaml_source import VaultValue, load_yaml
+from provisioner.redact import SECRET_KEYS_WITHIN, SECRET_NAME
+from provisioner.yaml_source import EncryptedFile, VaultValue, load_yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_GROUPS = ("controller", "gpu_nodes", "monitoring")
@@ -31,8 +33,16 @@ GROUP_KEYS = {"hosts", "vars", "children"}
 
 # An exact version pin: dotted numbers, optional epoch and Debian revision/suffix.
 # "535.161.08", "22.05.8-4+deb12u3", "1:2.3.0-1", "28.39.1002". Not "535", "latest", "535.x".
-VERSION_PATTERN = re.compile(r"^(\d+:)?\d+(\.\d+)+([-+~][0-9A-Za-z.+~-]*)?$")
-SLURM_TIME_PATTERN = re.compile(r"^(INFINITE|UNLIMITED|(\d+-)?\d+(:\d{2}){0,2})$")
+# Patterns are matched against whole strings (fullmatch: `$` alone lets a trailing newline pass).
+VERSION_PATTERN = re.compile(r"(\d+:)?\d+(\.\d+)+([-+~][0-9A-Za-z.+~-]*)?")
+SLURM_TIME_PATTERN = re.compile(r"INFINITE|UNLIMITED|(\d+-)?\d+(:\d{2}){0,2}")
+# A host name as DNS, Slurm and the kernel take it: dot-separated labels of at most 63
+# characters (underscores tolerated, as in inventories), no empty label, 63 in all
+# (HOST_NAME_MAX is 64 with its terminating NUL).
+HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?")
+HOST_NAME_MAX = 63
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+INFINIBAND_RATES = (100, 200, 400, 800)
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,7 @@ class Partition(BaseModel):
     @field_validator("max_time")
     @classmethod
     def _slurm_time(cls, value: str) -> str:
-        if not SLURM_TIME_PATTERN.match(value):
+        if not SLURM_TIME_PATTERN.fullmatch(value):
             raise ValueError("not a Slurm time limit (e.g. INFINITE, 30, 1:00:00 or 2-00:00:00)")
         return value
 
@@ -137,6 +147,8 @@ class Inventory:
     hostvars: dict[str, dict[str, Any]]
     cluster: ClusterVars
     gpu_nodes: dict[str, GpuNodeVars] = field(default_factory=dict)
+    # Accepted but worth saying: plain-text secrets.
+    warnings: list[InputProblem] = field(default_factory=list)
 
     @property
     def hosts(self) -> list[str]:
@@ -177,7 +189,7 @@ def resolve_inventory_dir(name_or_path: str) -> Path:
 def _display(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # elsewhere, or a symbolic link loop
         return str(path)
 
 
@@ -196,6 +208,8 @@ class _Reader:
     host_keys: dict[str, str] = field(default_factory=dict)
     group_vars: dict[str, dict[str, Defined]] = field(default_factory=dict)
     host_vars: dict[str, dict[str, Defined]] = field(default_factory=dict)
+
+    warnings: list[InputProblem] = field(default_factory=list)
 
     def problem(self, key: str, message: str, file: str | None = None) -> None:
         self.problems.append(InputProblem(file or self.hosts_display, key, message))
@@ -248,8 +262,9 @@ class _Reader:
         for host, variables in hosts.items():
             host = str(host)
             host_key = _key(key, host)
-            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", host):
-                self.problem(host_key, f"{host!r} is not a valid host name")
+            problem = host_name_problem(host)
+            if problem:
+                self.problem(host_key, problem)
             self.direct_hosts[group].append(host)
             self.host_keys.setdefault(host, host_key)
             self._read_vars(self.host_vars.setdefault(host, {}), variables, host_key, self.hosts_display)
@@ -261,7 +276,22 @@ class _Reader:
             self.problem(key, "variables must be a mapping", file)
             return
         for name, value in variables.items():
-            target[str(name)] = Defined(value, file, _key(key, name))
+            if not isinstance(name, str) or not VARIABLE_NAME.fullmatch(name):
+                self.problem(_key(key, name), f"{str(name)[:80]!r} is not a variable name (letters, digits and "
+                             "underscores, not starting with a digit)", file)
+                continue
+            target[name] = Defined(value, file, _key(key, name))
+
+
+def host_name_problem(host: str) -> str | None:
+    """Why `host` is not a valid host name, or None."""
+    shown = repr(host[:80] + ("..." if len(host) > 80 else ""))
+    if len(host) > HOST_NAME_MAX:
+        return f"{shown} is not a valid host name: longer than {HOST_NAME_MAX} characters"
+    if not all(HOST_LABEL.fullmatch(label) for label in host.split(".")):
+        return (f"{shown} is not a valid host name: dot-separated labels of letters, digits, '-' and '_', "
+                "each starting and ending with a letter or digit, none empty")
+    return None
 
 
 def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
@@ -276,12 +306,28 @@ def _read_var_files(directory: Path, known: set[str], kind: str, reader: _Reader
     found: dict[str, dict[str, Defined]] = {}
     if not directory.is_dir():
         return found
-    for entry in sorted(directory.iterdir()):
+    root = directory.parent.resolve()
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError as error:
+        reader.problem("", f"cannot read: {error.strerror or error}", _display(directory))
+        return found
+    for entry in entries:
         if entry.name.startswith("."):
             continue
-        files = sorted(p for p in entry.iterdir() if p.suffix in (".yml", ".yaml")) if entry.is_dir() else [entry]
+        try:
+            if not entry.resolve(strict=True).is_relative_to(root):
+                reader.problem("", f"links to {entry.resolve()}, outside the inventory: keep every variable file "
+                               "inside the inventory folder", _display(entry))
+                continue
+            files = sorted(p for p in entry.iterdir() if p.suffix in (".yml", ".yaml")) if entry.is_dir() \
+                else [entry]
+        except (OSError, RuntimeError) as error:
+            reason = getattr(error, "strerror", None) or "a symbolic link loop"
+            reader.problem("", f"cannot read: {reason}", _display(entry))
+            continue
         name = entry.name if entry.is_dir() else entry.stem
-        if entry.is_file() and entry.suffix not in (".yml", ".yaml"):
+        if not entry.is_dir() and entry.suffix not in (".yml", ".yaml"):
             continue
         if name not in known:
             reader.problem("", f"no {kind} named {name!r} in hosts.yml{_suggest(name, sorted(known))}",
@@ -289,10 +335,18 @@ def _read_var_files(directory: Path, known: set[str], kind: str, reader: _Reader
             continue
         for path in files:
             display = _display(path)
+            if not path.resolve().is_relative_to(root):
+                reader.problem("", f"links to {path.resolve()}, outside the inventory: keep every variable file "
+                               "inside the inventory folder", display)
+                continue
             try:
                 document = load_yaml(path, display)
             except InputError as error:
                 reader.problems.extend(error.problems)
+                continue
+            if isinstance(document, EncryptedFile):
+                # Ansible decrypts it at run time; without the vault password its variable
+                # names are unknown here (a check that needs one of them says so).
                 continue
             reader._read_vars(found.setdefault(name, {}), document, "", display)
     return found
@@ -338,6 +392,13 @@ def _check_definitions(sites: list[dict[str, Defined]], reader: _Reader) -> None
     """Checks that apply wherever a variable is defined: version pins and NCCL settings."""
     for variables in sites:
         for name, defined in variables.items():
+            _check_secret_in_clear(name, defined, reader)
+            if name.endswith("_port") or name == "ansible_port":
+                _check_port(defined, reader)
+            if name == "infiniband_port_rate" and (isinstance(defined.value, bool) or
+                                                   defined.value not in INFINIBAND_RATES):
+                reader.problem(defined.key, f"must be a port rate in Gb/s, one of "
+                               f"{', '.join(map(str, INFINIBAND_RATES))} (got {_shown(defined.value)})", defined.file)
             if name.endswith("_version"):
                 _check_version(defined, reader)
             if name == "nccl_env":
@@ -348,6 +409,38 @@ def _check_definitions(sites: list[dict[str, Defined]], reader: _Reader) -> None
                 _check_alert_receivers(defined, reader)
             if name == "slurm_munge_key":
                 _check_munge_key(defined, reader)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_port(defined: Defined, reader: _Reader) -> None:
+    value = defined.value
+    if isinstance(value, str) and "{{" in value:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        reader.problem(defined.key, f"must be a port number from 1 to 65535 (got {_shown(value)})", defined.file)
+
+
+def _is_secret_in_clear(value: Any) -> bool:
+    return isinstance(value, str | int) and not isinstance(value, bool) and value != "" and "{{" not in str(value)
+
+
+def _check_secret_in_clear(name: str, defined: Defined, reader: _Reader) -> None:
+    """A secret written in the clear is accepted, with a warning naming it (the run records
+    never show it either way)."""
+    advice = "keep it in Ansible Vault (ansible-vault encrypt_string, or an encrypted vault.yml)"
+    if SECRET_NAME.search(name) and _is_secret_in_clear(defined.value):
+        reader.warnings.append(InputProblem(defined.file, defined.key, f"a secret in plain text: {advice}"))
+    within = SECRET_KEYS_WITHIN.get(name)
+    if within and isinstance(defined.value, list):
+        for index, item in enumerate(defined.value):
+            for key in sorted(within & set(item) if isinstance(item, dict) else ()):
+                if _is_secret_in_clear(item[key]):
+                    reader.warnings.append(InputProblem(defined.file, f"{defined.key}[{index}].{key}",
+                                                        f"a secret in plain text: {advice}"))
 
 
 def _check_accounting(merged: dict[str, dict[str, Defined]], controllers: list[str], reader: _Reader) -> None:
@@ -425,23 +518,25 @@ def _check_alert_receivers(defined: Defined, reader: _Reader) -> None:
             reader.problem(key, "a receiver is a mapping {name, type, ...}", defined.file)
             continue
         name, kind = receiver.get("name"), receiver.get("type")
-        if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9_.-]+$", name) or name == "null":
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "null":
             reader.problem(f"{key}.name", "a receiver needs a name of letters, digits, '.', '_' or '-' (not 'null')",
                            defined.file)
         elif name in names:
             reader.problem(f"{key}.name", f"receiver {name!r} is declared twice", defined.file)
         names.add(str(name))
-        if kind not in RECEIVER_KEYS:
-            reader.problem(f"{key}.type", f"{kind!r} is not a receiver type: webhook, slack or email", defined.file)
+        if not isinstance(kind, str) or kind not in RECEIVER_KEYS:
+            reader.problem(f"{key}.type", f"{_shown(kind)} is not a receiver type: webhook, slack or email",
+                           defined.file)
             continue
         for needed in RECEIVER_KEYS[kind]:
             if not isinstance(receiver.get(needed), str | VaultValue) or not receiver[needed]:
                 reader.problem(f"{key}.{needed}", f"a {kind} receiver needs {needed}", defined.file)
-        for extra in sorted(set(receiver) - RECEIVER_OPTIONAL - set(RECEIVER_KEYS[kind])):
+        for extra in sorted({str(k) for k in receiver} - RECEIVER_OPTIONAL - set(RECEIVER_KEYS[kind])):
             reader.problem(f"{key}.{extra}", f"unknown key for a {kind} receiver"
                            f"{_suggest(extra, sorted(RECEIVER_OPTIONAL | set(RECEIVER_KEYS[kind])))}", defined.file)
         severities = receiver.get("severities", ["critical"])
-        if not isinstance(severities, list) or not severities or not set(severities) <= {"critical", "warning"}:
+        if not isinstance(severities, list) or not severities or \
+                not all(isinstance(s, str) and s in ("critical", "warning") for s in severities):
             reader.problem(f"{key}.severities", "severities is a list of critical and/or warning", defined.file)
 
 
@@ -450,7 +545,7 @@ def _check_version(defined: Defined, reader: _Reader) -> None:
     if isinstance(value, bool) or not isinstance(value, str):
         reader.problem(defined.key, f"a version pin must be a quoted string (YAML read {value!r} as "
                        f"{type(value).__name__}: quote it, e.g. \"{value}\")", defined.file)
-    elif not VERSION_PATTERN.match(value):
+    elif not VERSION_PATTERN.fullmatch(value):
         reader.problem(defined.key, f"{value!r} is not an exact version (expected e.g. \"535.161.08\" "
                        "or \"22.05.8-4+deb12u3\")", defined.file)
 
@@ -476,7 +571,7 @@ def _pydantic_message(item: dict) -> str:
     if item["type"] == "literal_error":
         message = f"{item['input']!r} is not allowed: {message.lower()}"
     elif "input" in item and not isinstance(item["input"], dict | list):
-        message = f"{message} (got {item['input']!r})"
+        message = f"{message} (got {_shown(item['input'])})"
     return message
 
 
@@ -498,6 +593,12 @@ def _check_partitions(cluster: ClusterVars, variables: dict[str, Defined], membe
             defaults.append(partition.name)
         if partition.nodes == "ALL":
             continue
+        if not partition.nodes:
+            reader.problem(f"{key}.nodes", f"partition {partition.name!r} has no nodes: name GPU nodes or groups "
+                           "under gpu_nodes, or ALL", defined.file)
+        elif all(node in gpu_groups and not members.get(node) for node in partition.nodes):
+            reader.problem(f"{key}.nodes", f"partition {partition.name!r} has no nodes: its groups "
+                           f"{', '.join(partition.nodes)} have no hosts", defined.file)
         for position, node in enumerate(partition.nodes):
             if node not in gpu_nodes and node not in gpu_groups:
                 reader.problem(f"{key}.nodes[{position}]",
@@ -523,6 +624,10 @@ def _check_structure(reader: _Reader, members: dict[str, list[str]]) -> None:
         reader.problem("all.children.controller",
                        "at most two Slurm controllers (a primary and a backup sharing the state location), "
                        f"found {', '.join(members['controller'])}")
+    if len(members.get("monitoring", [])) > 1:
+        reader.problem("all.children.monitoring",
+                       f"exactly one monitoring host (Prometheus, Alertmanager, Grafana), found "
+                       f"{', '.join(members['monitoring'])}")
     grouped = {host for group, hosts in members.items() if group != "all" for host in hosts}
     for host in reader.direct_hosts.get("all", []):
         if host not in grouped:
@@ -536,13 +641,43 @@ def _check_structure(reader: _Reader, members: dict[str, list[str]]) -> None:
                            "(host names are case-insensitive in DNS and Slurm)")
 
 
+def _address(value: Any) -> tuple[str | None, str]:
+    """(the address in one canonical form, or None; why it is refused, or "")."""
+    if not isinstance(value, str) or not value.strip():
+        return None, f"must be an IP address or a host name (got {_shown(value)})"
+    if "{{" in value:
+        return value, ""
+    text = value.strip()
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        parts = text.split(".")
+        if len(parts) == 4 and all(part.isdigit() for part in parts):
+            if all(int(part) <= 255 for part in parts):
+                canonical = ".".join(str(int(part)) for part in parts)
+                return canonical, (f"{text!r} has leading zeros, which some tools read as octal: write "
+                                   f"{canonical}")
+            return None, f"{text!r} is not an IPv4 address (a part is above 255)"
+        if host_name_problem(text):
+            return None, f"{_shown(text)} is neither an IP address nor a host name"
+        return text.lower(), ""
+    if address.is_unspecified or address.is_multicast:
+        return None, f"{text} is not an address a host can be reached at"
+    return str(address), ""
+
+
 def _check_addresses(hostvars: dict[str, dict[str, Defined]], reader: _Reader) -> None:
     by_address: dict[str, str] = {}
     for host, variables in hostvars.items():
         defined = variables.get("ansible_host")
         if defined is None:
             continue
-        other = by_address.setdefault(str(defined.value), host)
+        canonical, problem = _address(defined.value)
+        if problem:
+            reader.problem(defined.key, problem, defined.file)
+        if canonical is None:
+            continue
+        other = by_address.setdefault(canonical, host)
         if other != host:
             reader.problem(defined.key, f"duplicate host: {host!r} has the same address {defined.value} as "
                            f"{other!r}", defined.file)
@@ -589,7 +724,11 @@ def load_inventory(name_or_path: str) -> Inventory:
     if hosts_file is None:
         raise InputError([InputProblem(_display(directory), "", "no hosts.yml in this inventory directory")])
     reader = _Reader(hosts_display=_display(hosts_file))
-    reader.read_root(load_yaml(hosts_file, reader.hosts_display))
+    document = load_yaml(hosts_file, reader.hosts_display)
+    if isinstance(document, EncryptedFile):
+        raise InputError([InputProblem(reader.hosts_display, "", "is encrypted with Ansible Vault: keep hosts.yml "
+                                       "in the clear and the secrets in group_vars")])
+    reader.read_root(document)
     if reader.problems:
         raise InputError(reader.problems)
 
@@ -636,4 +775,9 @@ def load_inventory(name_or_path: str) -> Inventory:
         hostvars={host: {k: d.value for k, d in variables.items()} for host, variables in merged.items()},
         cluster=cluster,
         gpu_nodes=gpu_nodes,
+        warnings=_unique(reader.warnings),
     )
+
+
+def _unique(problems: list[InputProblem]) -> list[InputProblem]:
+    return list(dict.fromkeys(problems))

@@ -265,7 +265,7 @@ NCCL_VARIABLE_TYPES: dict[str, Integer | Flag | Choice | SelectionList | Text] =
 }
 
 KNOWN_NCCL_VARIABLES: frozenset[str] = frozenset(NCCL_VARIABLE_TYPES)
-_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
+_NAME = re.compile(r"NCCL_[A-Z0-9_]+")
 
 
 def unknown_variable_message(name: str) -> str:
@@ -281,7 +281,7 @@ def variable_problem(name: Any, value: Any) -> str | None:
     A value of None (YAML `~`) is accepted: in an override it removes a profile default.
     """
     name = str(name)
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         return f"{name!r} is not an NCCL variable (names are NCCL_ followed by capitals, digits and _)"
     if name not in NCCL_VARIABLE_TYPES:
         return unknown_variable_message(name)

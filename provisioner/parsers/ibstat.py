@@ -40,6 +40,7 @@ def parse_ibstat(text: str) -> dict[str, Any]:
     """Parse `ibstat` (all CAs)."""
     cas: list[dict[str, Any]] = []
     port: dict[str, Any] | None = None
+    declared: dict[int, int | None] = {}  # CA index -> its "Number of ports"
     lines, errors = _split_errors(text)
     for stripped in lines:
         if match := CA_HEADER.match(stripped):
@@ -75,8 +76,14 @@ def parse_ibstat(text: str) -> dict[str, Any]:
             cas[-1]["firmware_version"] = value
         elif key == "node guid":
             cas[-1]["node_guid"] = value
+        elif key == "number of ports":
+            declared[len(cas) - 1] = integer_or_none(value)
     if not cas and not errors:
         raise ParseError("not ibstat output: no \"CA '<name>'\" section")
+    for index, count in declared.items():
+        if count is not None and count != len(cas[index]["ports"]):
+            raise ParseError(f"truncated ibstat output: CA '{cas[index]['name']}' declares {count} ports but "
+                             f"{len(cas[index]['ports'])} are listed")
     return {"cas": cas, "errors": errors}
 
 

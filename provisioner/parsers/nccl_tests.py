@@ -123,6 +123,9 @@ def parse_nccl_tests(text: str) -> dict[str, Any]:
             rows.append(row)
     if columns is None or not rows:
         raise ParseError("not nccl-tests output: no size/count/type/redop/time/algbw/busbw table")
+    if average is None:
+        raise ParseError(f"truncated nccl-tests output: the table stops after {len(rows)} sizes with no "
+                         "'# Avg bus bandwidth' line (the run ended early or the output was cut)")
     hosts = list(dict.fromkeys(ranks[rank] for rank in sorted(ranks)))
     busbw = [result["busbw_gbps"] for row in rows for result in (row["out_of_place"], row["in_place"])
              if result["busbw_gbps"] is not None]

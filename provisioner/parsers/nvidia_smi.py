@@ -125,7 +125,15 @@ def parse_nvidia_smi_q(text: str) -> dict[str, Any]:
             header[pair[0].lower()] = pair[1]
     if "driver version" not in header and not sections:
         raise ParseError("not nvidia-smi -q output: no 'Driver Version' line and no 'GPU <bus id>' section")
-    gpus = [_gpu(index, bus_id, _tree(body)) for index, (bus_id, body) in enumerate(sections)]
+    attached = integer_or_none(header.get("attached gpus", ""))
+    if attached is not None and attached != len(sections):
+        raise ParseError(f"truncated nvidia-smi -q output: 'Attached GPUs : {attached}' but {len(sections)} GPU "
+                         "sections")
+    trees = [_tree(body) for _, body in sections]
+    if len(trees) > 1 and len(trees[-1]) < len(trees[0]):
+        raise ParseError(f"truncated nvidia-smi -q output: the last GPU's section has {len(trees[-1])} "
+                         f"of the {len(trees[0])} entries the first has")
+    gpus = [_gpu(index, bus_id, tree) for index, ((bus_id, _), tree) in enumerate(zip(sections, trees, strict=True))]
     return {
         "driver_version": text_or_none(header.get("driver version")),
         "cuda_version": text_or_none(header.get("cuda version")),
