@@ -174,13 +174,16 @@ class Inventory:
 def resolve_inventory_dir(name_or_path: str) -> Path:
     """`prod` means `inventory/prod/` of the project; an existing path is taken as it is."""
     candidate = Path(name_or_path)
-    if candidate.is_file():
-        return candidate.parent
-    if candidate.is_dir():
-        return candidate
     project_dir = PROJECT_ROOT / "inventory" / name_or_path
-    if project_dir.is_dir():
-        return project_dir
+    try:
+        if candidate.is_file():
+            return candidate.parent
+        if candidate.is_dir():
+            return candidate
+        if project_dir.is_dir():
+            return project_dir
+    except OSError as error:
+        raise InputError([InputProblem(name_or_path, "", f"cannot read: {error.strerror}")]) from None
     raise InputError(
         [InputProblem(name_or_path, "", f"no such inventory (looked for {name_or_path} and {project_dir})")]
     )
@@ -304,7 +307,11 @@ def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
 def _read_var_files(directory: Path, known: set[str], kind: str, reader: _Reader) -> dict[str, dict[str, Defined]]:
     """Read group_vars/ or host_vars/: `<name>.yml` files or `<name>/` folders of YAML files."""
     found: dict[str, dict[str, Defined]] = {}
-    if not directory.is_dir():
+    try:
+        if not directory.is_dir():
+            return found
+    except OSError as error:
+        reader.problem("", f"cannot read: {error.strerror}", _display(directory))
         return found
     root = directory.parent.resolve()
     try:
@@ -720,7 +727,10 @@ def _check_torch_driver(gpu_nodes: list[str], merged: dict[str, dict[str, Define
 def load_inventory(name_or_path: str) -> Inventory:
     """Load and validate an inventory; raise InputError listing every problem found."""
     directory = resolve_inventory_dir(name_or_path)
-    hosts_file = next((directory / n for n in ("hosts.yml", "hosts.yaml") if (directory / n).is_file()), None)
+    try:
+        hosts_file = next((directory / n for n in ("hosts.yml", "hosts.yaml") if (directory / n).is_file()), None)
+    except OSError as error:
+        raise InputError([InputProblem(_display(directory), "", f"cannot read: {error.strerror}")]) from None
     if hosts_file is None:
         raise InputError([InputProblem(_display(directory), "", "no hosts.yml in this inventory directory")])
     reader = _Reader(hosts_display=_display(hosts_file))

@@ -6,6 +6,7 @@ that blocks the next one; the file's content only says who holds it now.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import getpass
 import json
@@ -15,8 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
-from provisioner.errors import LockHeldError
+from provisioner.errors import InputError, InputProblem, LockHeldError
 
 LOCK_FILE_NAME = ".provision.lock"
 # Locks this process holds (a command made of several runs, e.g. replace-node, takes the lock
@@ -27,6 +29,23 @@ _HELD: dict[Path, int] = {}
 def _describe(holder: dict) -> str:
     return (f"`provision {holder.get('command', '?')}` (pid {holder.get('pid', '?')} on "
             f"{holder.get('host', '?')}, user {holder.get('user', '?')}, since {holder.get('since', '?')})")
+
+
+def _open_lock_file(path: Path, inventory_dir: Path) -> IO[str]:
+    """The lock file, opened without following a link (a planted link would have the lock
+    truncate its target); a folder where it cannot be created is bad input (exit 2)."""
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            reason = "is a symbolic link: remove it (provision never follows a link to its lock file)"
+        elif error.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+            reason = (f"cannot be created ({error.strerror}): provision keeps its lock in the inventory folder "
+                      f"{inventory_dir}; run as a user who may write there")
+        else:
+            reason = f"cannot be opened: {error.strerror}"
+        raise InputError([InputProblem(str(path), "", reason)]) from None
+    return os.fdopen(descriptor, "r+", encoding="utf-8")
 
 
 @contextmanager
@@ -44,7 +63,7 @@ def inventory_lock(inventory_dir: Path, command: str, covers_nested: bool = Fals
         finally:
             _HELD[key] -= 1
         return
-    handle = path.open("a+", encoding="utf-8")
+    handle = _open_lock_file(path, inventory_dir)
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -22,6 +22,7 @@ from provisioner.certify.progress import CertifyProgress
 from provisioner.certify.schedule import Round, base_rounds, estimate_s
 from provisioner.errors import InputError, InputProblem
 from provisioner.inventory import Inventory
+from provisioner.lock import inventory_lock
 from provisioner.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
 
 PARTS = ("communication", "training")
@@ -297,7 +298,16 @@ def _rounds_for_report(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def run_certification(request: CertifyRequest, console: Console) -> tuple[int, Path | None, dict[str, Any] | None]:
-    """The certification's exit code, run record and certification.json document (None where no job ran)."""
+    """The certification's exit code, run record and certification.json document (None where no job ran).
+
+    The inventory's lock is held from the first job to the last drain: no apply slips in
+    between a node's failed verdict and its drain."""
+    with inventory_lock(request.inventory.directory, "certify", covers_nested=True):
+        return _run_certification_locked(request, console)
+
+
+def _run_certification_locked(request: CertifyRequest,
+                              console: Console) -> tuple[int, Path | None, dict[str, Any] | None]:
     inventory = request.inventory
     nodes, _ = planned_rounds(request)
     judge = build_criteria(inventory, nodes)

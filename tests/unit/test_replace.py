@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from provisioner.errors import LockHeldError
+from provisioner.cli import main
+from provisioner.errors import InputError, LockHeldError
+from provisioner.inventory import PROJECT_ROOT, load_inventory
 from provisioner.known_hosts import known_hosts_file
 from provisioner.ledger import node_history
 from provisioner.lock import inventory_lock
@@ -99,3 +104,61 @@ def test_a_rebuilt_controller_checks_every_gpu_node_settled(state: str, settled:
     from provisioner.replace import _settled
 
     assert _settled(state) is settled
+
+
+def test_a_planted_lock_link_is_refused_and_its_target_untouched(example_inventory: Path, tmp_path: Path, capsys):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (example_inventory / ".provision.lock").symlink_to(victim)
+    with pytest.raises(InputError) as caught:
+        with inventory_lock(example_inventory, "apply"):
+            pass
+    assert "is a symbolic link" in str(caught.value)
+    assert victim.read_text() == "precious\n"
+    assert main(["apply", "-i", str(example_inventory)]) == 2
+    assert "symbolic link" in capsys.readouterr().err
+    assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv (util-linux) to run as another user")
+def test_a_read_only_inventory_folder_is_bad_input_not_a_traceback(example_inventory: Path, tmp_path: Path):
+    shared = Path(tempfile.mkdtemp(prefix="provision-ro-"))  # pytest's own folders are private to root
+    shared.chmod(0o755)
+    example_inventory = Path(shutil.copytree(example_inventory, shared / "inv"))
+    request = _run_as_nobody(example_inventory, tmp_path)
+    shutil.rmtree(shared)
+    assert request.returncode == 2, request.stderr
+    assert "Traceback" not in request.stderr
+    assert "cannot be created" in request.stderr and ".provision.lock" in request.stderr
+
+
+def _run_as_nobody(example_inventory: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "provisioner.cli", "apply", "-i", str(example_inventory)]
+    if os.geteuid() == 0:  # root writes anywhere: run as nobody, for whom the folder is read-only
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    else:
+        example_inventory.chmod(0o555)
+    return subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_ROOT,
+                          env={**os.environ, "PROVISION_RUNS_DIR": str(tmp_path / "runs")})
+
+
+def test_certify_holds_the_lock_through_its_drain(example_inventory: Path, monkeypatch):
+    from provisioner.certify import run as certify_run
+
+    seen = {}
+
+    def locked(request, console):
+        probe = subprocess.run(
+            [sys.executable, "-c", "import sys; from pathlib import Path; from provisioner.lock import "
+             "inventory_lock\ntry:\n with inventory_lock(Path(sys.argv[1]), 'apply'): print('got it')\n"
+             "except Exception as e: print(type(e).__name__)", str(example_inventory)],
+            capture_output=True, text=True, cwd=PROJECT_ROOT)
+        seen["other"] = probe.stdout.strip()
+        with inventory_lock(example_inventory, "drain"):  # the drain's own run, nested
+            seen["drain"] = "ran"
+        return 0, None, None
+
+    monkeypatch.setattr(certify_run, "_run_certification_locked", locked)
+    request = type("Request", (), {"inventory": load_inventory(str(example_inventory))})()
+    certify_run.run_certification(request, None)
+    assert seen == {"other": "LockHeldError", "drain": "ran"}
