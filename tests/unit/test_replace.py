@@ -110,9 +110,8 @@ def test_a_planted_lock_link_is_refused_and_its_target_untouched(example_invento
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     (example_inventory / ".provision.lock").symlink_to(victim)
-    with pytest.raises(InputError) as caught:
-        with inventory_lock(example_inventory, "apply"):
-            pass
+    with pytest.raises(InputError) as caught, inventory_lock(example_inventory, "apply"):
+        pass
     assert "is a symbolic link" in str(caught.value)
     assert victim.read_text() == "precious\n"
     assert main(["apply", "-i", str(example_inventory)]) == 2
