@@ -111,9 +111,21 @@ def monitoring_scrape_targets(hosts: list[str], hostvars: Any, port: int, gpu_no
                                      {name: list(members) for name, members in dict(groups).items()})
 
 
+def _plain(value: Any) -> Any:
+    """Inventory data as plain Python: a Vault-encrypted value (`!vault`) as its plain text, which
+    to_nice_yaml would otherwise write back as its ciphertext."""
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, str) or hasattr(value, "_ciphertext"):
+        return str(value)
+    return value
+
+
 def alertmanager_config(receivers: list[dict[str, Any]], group_wait: str, group_interval: str,
                         repeat_interval: str) -> dict[str, Any]:
-    return monitoring.alertmanager_config(list(receivers or []), group_wait, group_interval, repeat_interval)
+    return monitoring.alertmanager_config(_plain(list(receivers or [])), group_wait, group_interval, repeat_interval)
 
 
 def grafana_dashboard(spec: dict[str, Any], datasource_uid: str) -> dict[str, Any]:

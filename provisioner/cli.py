@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     replace.add_argument("--allow-firmware-update", action="store_true",
                          help="bring the new node's HCA firmware in line (otherwise a difference stops the run)")
     replace.add_argument("--steps", type=int, default=200, help="smoke-training steps (default 200)")
+    replace.add_argument("--accept-new-host-key", metavar="FINGERPRINT",
+                         help="the new machine's SSH host key fingerprint (SHA256:...), checked on its console; "
+                              "without it provision asks on a terminal and refuses elsewhere")
     replace.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
 
     upgrade = commands.add_parser("upgrade", help="roll new pins (driver, firmware, RDMA stack) across the GPU "
@@ -309,7 +312,8 @@ def cmd_replace_node(args: argparse.Namespace) -> int:
     return replace_node(ReplaceRequest(
         inventory=_load(args.inventory), node=args.node, runs_dir=runs_dir(args.runs_dir), reason=args.reason,
         force=args.force, allow_firmware_update=args.allow_firmware_update, steps=args.steps,
-        argv=["provision", *sys.argv[1:]]), console)
+        argv=["provision", *sys.argv[1:]], accept_host_key=args.accept_new_host_key,
+        ask=input if sys.stdin.isatty() and sys.stdout.isatty() else None), console)
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from provisioner.inventory import PROJECT_ROOT
 from provisioner.redact import Redactor
@@ -27,15 +27,22 @@ def new_record_dir(base: Path, command: str) -> Path:
     while candidate.exists():
         suffix += 1
         candidate = base / f"{stamp}-{command}-{suffix}"
-    candidate.mkdir()
+    candidate.mkdir(mode=0o700)
+    candidate.chmod(0o700)  # whatever the umask: records hold hosts' outputs
     return candidate
+
+
+def private_file(path: Path, mode: str = "a") -> TextIO:
+    """A record's file, readable by its owner only (0600) from its first byte."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, 0o600), mode, encoding="utf-8")
 
 
 class EventLog:
     """Appends redacted events as JSON lines."""
 
     def __init__(self, path: Path, redactor: Redactor):
-        self._handle = path.open("a", encoding="utf-8")
+        self._handle = private_file(path)
         self._redactor = redactor
 
     def write(self, event: dict[str, Any]) -> None:
@@ -50,7 +57,8 @@ class EventLog:
 
 def write_summary(record: Path, summary: dict[str, Any], redactor: Redactor) -> Path:
     path = record / SUMMARY
-    path.write_text(json.dumps(redactor.data(summary), indent=2, default=str) + "\n", encoding="utf-8")
+    with private_file(path, "w") as handle:
+        handle.write(json.dumps(redactor.data(summary), indent=2, default=str) + "\n")
     return path
 
 

@@ -68,6 +68,10 @@ class ReplaceRequest:
     drain_wait_s: int = 3600
     partner_wait_s: int = 600
     argv: list[str] = field(default_factory=list)
+    # The new machine's host key fingerprint the operator checked (SHA256:...); None: asked
+    # on a terminal, refused elsewhere.
+    accept_host_key: str | None = None
+    ask: Callable[[str], str] | None = None
 
 
 @dataclass
@@ -358,6 +362,33 @@ def _check_cluster(request: ReplaceRequest, console: Console, step: StepRecord) 
                          + ", ".join(unsettled + [f"{node} unknown to Slurm" for node in missing]))
 
 
+def trusted_host_keys(request: ReplaceRequest, address: str, port: int, console: Console) -> list[known_hosts.HostKey]:
+    """The new machine's host keys the operator vouched for: the one --accept-new-host-key names,
+    or all shown on a terminal answered yes; anything else is refused before a host is touched
+    (InputError, exit 2). Trusting whatever answers at the address would let any machine there
+    take the node's place, its secrets (munge key) included."""
+    keys = known_hosts.scan(request.node, address, port)
+    shown = "\n".join(f"  {key}" for key in keys)
+    where = f"{request.node} ({address} port {port})"
+    if request.accept_host_key:
+        accepted = known_hosts.chosen(keys, request.accept_host_key)
+        if not accepted:
+            raise InputError([InputProblem("command line", "--accept-new-host-key",
+                                           f"{request.accept_host_key} is not a key {where} presents; it presents:\n"
+                                           f"{shown}\nnothing was changed")])
+        console.print(f"{where}: host key {accepted[0]} accepted (--accept-new-host-key)", highlight=False)
+        return accepted
+    if request.ask is not None:
+        answer = request.ask(f"{where} presents these host keys:\n{shown}\nCompare them with the machine's "
+                             "console (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub). Trust them? [yes/no] ")
+        if answer.strip().lower() == "yes":
+            return keys
+    raise InputError([InputProblem("command line", "--accept-new-host-key",
+                                   f"{where} presents new host keys:\n{shown}\ncheck one against the machine's "
+                                   "console (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) and run again with "
+                                   f"--accept-new-host-key {keys[0].fingerprint}; nothing was changed")])
+
+
 def replace_node(request: ReplaceRequest, console: Console) -> int:
     """Run every step; 0 when the machine is back in service, 1 when a step failed (a GPU node is
     left drained)."""
@@ -365,7 +396,14 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
     check_host(inventory, node)
     gpu_node = node in inventory.group("gpu_nodes")
     address = str(inventory.hostvars[node].get("ansible_host", node))
+    port = inventory.hostvars[node].get("ansible_port", 22)
+    port = port if isinstance(port, int) else 22
     with inventory_lock(inventory.directory, "replace-node", covers_nested=True):
+        try:
+            trusted = trusted_host_keys(request, address, port, console)
+        except known_hosts.KnownHostsError as error:
+            console.print(f"[red]replace-node {node} refused[/]: {error}; nothing was changed", highlight=False)
+            return EXIT_FAILED
         record = new_record_dir(request.runs_dir, "replace-node-steps")
         steps: list[StepRecord] = []
         document = {"command": "replace-node", "argv": request.argv, "inventory": inventory.name, "node": node,
@@ -391,8 +429,13 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
             current.run_record = str(path)
 
         def fingerprints(current: StepRecord) -> None:
-            current.evidence["fingerprints"] = known_hosts.refresh(
-                known_hosts.known_hosts_file(inventory.hostvars[node]), node, address)
+            presented = {key.key for key in known_hosts.scan(node, address, port)}
+            if not any(key.key in presented for key in trusted):
+                raise known_hosts.KnownHostsError(f"{node} ({address}) no longer presents the accepted host key "
+                                                  f"{trusted[0]}: another machine answers at its address")
+            keys = [key for key in trusted if key.key in presented]
+            known_hosts.record(known_hosts.known_hosts_file(inventory.hostvars[node]), node, address, keys, port)
+            current.evidence["fingerprints"] = [str(key) for key in keys]
 
         hold = f"replace-node: {request.reason}"
         plan: list[tuple[str, Callable[[StepRecord], None]]] = [

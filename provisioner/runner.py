@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -215,12 +217,15 @@ def _run_locked(request: RunRequest, console: Console) -> RunOutcome:
             progress.on_host_result(host, outcome, redactor.text(message))
         return False  # our redacted events.jsonl is the event store, not runner's raw job_events
 
-    (record / "runner").mkdir()
+    # ansible-runner's raw files (stdout with every task's output) stay in a private folder
+    # (0700) until scrubbed; a run killed before that leaves them there, never in the record.
+    raw = Path(tempfile.mkdtemp(prefix="provision-raw-"))
+    (raw / "runner").mkdir()
     with _Interrupt() as interrupt, progress:
         try:
             runner = ansible_runner.run(
-                private_data_dir=str(record / "runner"),
-                artifact_dir=str(record / "artifacts"),
+                private_data_dir=str(raw / "runner"),
+                artifact_dir=str(raw / "artifacts"),
                 ident="ansible",
                 playbook=str(_playbook_path(request.playbook)),
                 inventory=str(request.inventory.hosts_file.resolve()),
@@ -248,7 +253,11 @@ def _run_locked(request: RunRequest, console: Console) -> RunOutcome:
     exit_code = _exit_code(request, state, runner_status, interrupted)
     summary = _summary(request, state, started, time.monotonic() - clock, runner_status, runner_rc, exit_code,
                        interrupted)
-    redactor.files(record / "artifacts")
+    redactor.files(raw)
+    for part in ("runner", "artifacts"):
+        if (raw / part).exists():
+            shutil.move(raw / part, record / part)
+    shutil.rmtree(raw, ignore_errors=True)
     write_summary(record, summary, redactor)
     if runner_status not in ("successful", "failed", "canceled") or (runner_status == "failed" and not
                                                                       state.hosts):

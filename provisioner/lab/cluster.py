@@ -93,7 +93,7 @@ def _ssh_args(address: str) -> list[str]:
     return [
         "ssh", "-i", str(directory / "ssh" / "id_ed25519"), "-o", f"UserKnownHostsFile={directory / 'known_hosts'}",
         "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
-        f"{LAB_USER}@{address}",
+        "--", f"{LAB_USER}@{address}",
     ]
 
 
@@ -267,6 +267,15 @@ def _wait_for_boot(node: str, timeout: float = 120) -> None:
 
 def _wanted_nodes(nodes: int) -> list[tuple[str, str, int]]:
     return [(CONTROLLER, "controller", 0)] + [(gpu_node_name(n), "gpu", n) for n in range(1, nodes + 1)]
+
+
+def host_key_fingerprint(node: str) -> str:
+    """A lab machine's ed25519 host key fingerprint as its console shows it (ssh-keygen -lf):
+    what an operator checks before `replace-node --accept-new-host-key`."""
+    listed = subprocess.run(["ssh-keygen", "-l", "-E", "sha256", "-f",
+                             str(node_dir(node) / "ssh" / "ssh_host_ed25519_key.pub")],
+                            capture_output=True, text=True, check=True)
+    return listed.stdout.split()[1]
 
 
 def _known_hosts(addresses: dict[str, str]) -> None:

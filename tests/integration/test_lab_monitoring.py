@@ -5,16 +5,19 @@ queries against the live Prometheus, limited runs and secrets."""
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible.parsing.vault import VaultLib, VaultSecret
 
 from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import update_state
+from provisioner.vault import forget_secrets
 
 from .conftest import LAB_GPUS, node_exec, wait_for
 
@@ -96,25 +99,47 @@ def test_every_dashboard_query_is_accepted_and_returns_series(provisioned_lab):
     assert empty == [], "queries without series:\n" + "\n".join(empty)
 
 
-def test_limited_run_keeps_every_target_and_never_logs_the_receiver_secret(provisioned_lab, tmp_path: Path):
-    secret = "lab-secret-token-5f2c91"
+def _vaulted(text: str, password: str, indent: int) -> str:
+    secret = VaultSecret(password.encode())
+    blob = VaultLib([("default", secret)]).encrypt(text, secret).decode()
+    return "!vault |\n" + "".join(" " * indent + line + "\n" for line in blob.splitlines())
+
+
+def test_limited_run_keeps_every_target_and_never_logs_the_receiver_secrets(provisioned_lab, tmp_path: Path,
+                                                                             monkeypatch):
+    # Vault-encrypted receivers, as the example inventory recommends: a !vault URL, a Slack URL
+    # through a variable of an encrypted vault.yml, an email relay's vaulted password.
+    password = "lab-vault-password-0d41"
+    (tmp_path / "vault-pass").write_text(password + "\n")
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(tmp_path / "vault-pass"))
+    forget_secrets()
+    secrets = {"webhook": "https://hooks.invalid/oncall/wh-7e21a9c4", "slack": "https://hooks.slack.invalid/T0/sl-93be",
+               "smtp": "smtp-pa55-b71f"}
     host_vars = cluster.lab_inventory_dir() / "host_vars"
-    host_vars.mkdir(exist_ok=True)
-    (host_vars / "ctl01.yml").write_text(yaml.safe_dump({"monitoring_alert_receivers": [
-        {"name": "chat", "type": "slack", "url": f"https://hooks.slack.invalid/services/{secret}",
-         "channel": "#gpu-alerts", "severities": ["critical"]}]}))
+    (host_vars / "ctl01").mkdir(parents=True, exist_ok=True)
+    (host_vars / "ctl01" / "receivers.yml").write_text(
+        "monitoring_alert_receivers:\n"
+        f"  - name: oncall\n    type: webhook\n    url: {_vaulted(secrets['webhook'], password, 6)}"
+        "  - name: chat\n    type: slack\n    channel: '#gpu-alerts'\n    url: '{{ vault_slack_url }}'\n"
+        "  - name: mail\n    type: email\n    to: oncall@example.invalid\n    from: lab@example.invalid\n"
+        "    smarthost: smtp.example.invalid:587\n    auth_username: lab\n"
+        f"    auth_password: {_vaulted(secrets['smtp'], password, 6)}")
+    secret = VaultSecret(password.encode())
+    (host_vars / "ctl01" / "vault.yml").write_text(
+        VaultLib([("default", secret)]).encrypt(f"vault_slack_url: {secrets['slack']}\n", secret).decode())
     try:
         assert main(["apply", "--inventory", LAB, "--limit", SERVER, "--tags", "monitoring"]) == 0
         targets = yaml.safe_load(node_exec(SERVER, "cat", "/etc/prometheus/targets/dcgm.yml").stdout)
         assert [entry["labels"]["instance"] for entry in targets] == ["gpu01", "gpu02"]
         config = node_exec(SERVER, "cat", "/etc/prometheus/alertmanager.yml").stdout
-        assert secret in config
+        assert all(value in config for value in secrets.values())  # Ansible decrypted them
         status = _get(provisioned_lab, 9093, "/api/v2/status")
         assert "chat" in status["config"]["original"]
-        leaked = [str(path) for path in (tmp_path / "runs").rglob("*") if path.is_file()
-                  and secret in path.read_text(errors="replace")]
+        leaked = [f"{path}: {name}" for path in (tmp_path / "runs").rglob("*") if path.is_file()
+                  for name, value in secrets.items() if value in path.read_text(errors="replace")]
         assert leaked == []
     finally:
-        (host_vars / "ctl01.yml").unlink()
-        host_vars.rmdir()
+        shutil.rmtree(host_vars)
+        monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE")
+        forget_secrets()
         assert main(["apply", "--inventory", LAB, "--limit", SERVER, "--tags", "monitoring"]) == 0

@@ -77,7 +77,8 @@ def test_a_replacement_with_other_hca_firmware_stays_drained_naming_it(runs: Pat
 
     update_state(hw, other_firmware)
     try:
-        assert main(["replace-node", "gpu02", "--inventory", LAB, "--reason", "swap test"]) == 1
+        assert main(["replace-node", "gpu02", "--inventory", LAB, "--reason", "swap test",
+                     "--accept-new-host-key", cluster.host_key_fingerprint("gpu02")]) == 1
         state, reason = slurm("gpu02").split("|", 1)
         assert state.startswith("drain") and "firmware" in reason.lower() and OTHER_FIRMWARE in reason
         document = steps_record(runs)
@@ -112,7 +113,13 @@ def test_a_destroyed_node_is_rebuilt_certified_and_back_in_service(runs: Path):
     job = submitted.stdout.strip()
     new_address = cluster.replace_gpu_node("gpu02", log=lambda message: None)
     assert new_address != old_address
-    assert main(["replace-node", "gpu02", "--inventory", LAB, "--reason", "GPU 3 fell off the bus"]) == 0
+    # The new machine's host key is trusted only as the operator vouches for it.
+    assert main(["replace-node", "gpu02", "--inventory", LAB, "--reason", "GPU 3 fell off the bus"]) == 2
+    assert main(["replace-node", "gpu02", "--inventory", LAB, "--accept-new-host-key",
+                 "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"]) == 2
+    assert not list(runs.glob("*-replace-node-steps")), "a refused replace-node changed something"
+    assert main(["replace-node", "gpu02", "--inventory", LAB, "--reason", "GPU 3 fell off the bus",
+                 "--accept-new-host-key", cluster.host_key_fingerprint("gpu02")]) == 0
 
     document = steps_record(runs)
     assert [s["name"] for s in document["steps"]] == ["drain", "known hosts", "build", "verify versions", "certify",

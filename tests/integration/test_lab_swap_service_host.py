@@ -96,7 +96,8 @@ def test_the_controller_is_rebuilt_with_its_key_state_jobs_accounting_and_monito
     new_address = cluster.replace_machine("ctl01", log=lambda message: None)
     assert new_address != old_address
     assert node_exec("ctl01", "test", "-e", KEY).returncode != 0  # a bare machine
-    assert main(["replace-node", "ctl01", "--inventory", LAB, "--reason", "controller board failed"]) == 0
+    assert main(["replace-node", "ctl01", "--inventory", LAB, "--reason", "controller board failed",
+                 "--accept-new-host-key", cluster.host_key_fingerprint("ctl01")]) == 0
 
     record = sorted(p for p in runs.iterdir() if p.name.endswith("-replace-node-steps"))[-1]
     document = json.loads((record / "replace-node.json").read_text())

@@ -161,3 +161,20 @@ def test_certify_holds_the_lock_through_its_drain(example_inventory: Path, monke
     request = type("Request", (), {"inventory": load_inventory(str(example_inventory))})()
     certify_run.run_certification(request, None)
     assert seen == {"other": "LockHeldError", "drain": "ran"}
+
+
+def test_a_host_key_is_chosen_only_by_its_exact_fingerprint(tmp_path: Path):
+    from provisioner import known_hosts
+
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "host")], check=True)
+    public = " ".join((tmp_path / "host.pub").read_text().split()[:2])
+    key = known_hosts.described(public)
+    shown = subprocess.run(["ssh-keygen", "-lf", str(tmp_path / "host.pub")], capture_output=True, text=True,
+                           check=True).stdout.split()[1]
+    assert key is not None and key.fingerprint == shown and key.kind == "ED25519"
+    assert known_hosts.chosen([key], shown) == [key]
+    assert known_hosts.chosen([key], shown.removeprefix("SHA256:")) == [key]
+    assert known_hosts.chosen([key], shown[:-1]) == []
+    known = tmp_path / "known_hosts"
+    known_hosts.record(known, "gpu02", "10.0.0.7", [key], port=2222)
+    assert known.read_text() == f"[10.0.0.7]:2222,[gpu02]:2222 {public}\n"
