@@ -41,6 +41,7 @@ SLURM_TIME_PATTERN = re.compile(r"INFINITE|UNLIMITED|(\d+-)?\d+(:\d{2}){0,2}")
 # (HOST_NAME_MAX is 64 with its terminating NUL).
 HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?")
 HOST_NAME_MAX = 63
+DATABASE_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 INFINIBAND_RATES = (100, 200, 400, 800)
 
@@ -406,6 +407,10 @@ def _check_definitions(sites: list[dict[str, Defined]], reader: _Reader) -> None
                                                    defined.value not in INFINIBAND_RATES):
                 reader.problem(defined.key, f"must be a port rate in Gb/s, one of "
                                f"{', '.join(map(str, INFINIBAND_RATES))} (got {_shown(defined.value)})", defined.file)
+            if name == "slurm_accounting_db_name" and not (isinstance(defined.value, str) and
+                                                          DATABASE_NAME.fullmatch(defined.value)):
+                reader.problem(defined.key, f"{_shown(defined.value)} is not a database name: letters, digits and "
+                               "underscores, at most 64", defined.file)
             if name.endswith("_version"):
                 _check_version(defined, reader)
             if name == "nccl_env":

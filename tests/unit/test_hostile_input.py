@@ -220,3 +220,8 @@ def test_inspect_on_a_truncated_output(tmp_path: Path, real_outputs: Path, capsy
     cut.write_text(nccl[: len(nccl) * 2 // 3])
     assert main(["inspect", "nccl-tests", str(cut)]) == 2
     assert "truncated" in capsys.readouterr().err
+
+
+def test_the_accounting_database_name_is_an_identifier(example_inventory: Path):
+    _all_vars(example_inventory, "slurm_accounting_db_name: \"acct`; DROP DATABASE mysql; --\"\n")
+    _one(example_inventory, "slurm_accounting_db_name", "not a database name")
