@@ -40,7 +40,7 @@ def dumps(tmp_path: Path):
 
 
 def test_the_newest_signed_dump_is_chosen(dumps):
-    directory, environment, run, dump = dumps
+    directory, _, run, dump = dumps
     dump("20261201T000000Z")
     newest = dump("20261202T000000Z")
     chosen = run("choose")
@@ -74,7 +74,7 @@ def test_planted_altered_renamed_or_open_dumps_are_refused(dumps, tmp_path: Path
 
 
 def test_a_database_name_that_is_not_an_identifier_is_refused(dumps):
-    directory, environment, run, dump = dumps
+    _, _, run, dump = dumps
     dump("20261201T000000Z")
     result = run("restore", "x`; DROP DATABASE mysql; --")
     assert result.returncode == 2 and "not a database name" in result.stderr
