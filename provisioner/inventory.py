@@ -478,6 +478,25 @@ def _check_accounting(merged: dict[str, dict[str, Defined]], controllers: list[s
         reader.problem(password.key, "must be a string (quote it, or keep it in Ansible Vault)", password.file)
 
 
+def _check_grafana(merged: dict[str, dict[str, Defined]], servers: list[str], reader: _Reader) -> None:
+    """Where Grafana is installed (monitoring_grafana_install, on unless false) it needs an admin
+    password: Grafana's own default is admin/admin."""
+    for server in servers:
+        variables = merged.get(server, {})
+        install = variables.get("monitoring_grafana_install")
+        if install is not None and install.value is False:
+            continue
+        password = variables.get("monitoring_grafana_admin_password")
+        if password is None or password.value in ("", None):
+            reader.problem("monitoring_grafana_admin_password",
+                           f"Grafana is installed on {server} (monitoring_grafana_install) but has no admin password, "
+                           "so it would keep admin/admin: set monitoring_grafana_admin_password (kept in Ansible "
+                           "Vault), or set monitoring_grafana_install: false",
+                           str(Path(reader.hosts_display).parent / "group_vars" / "all.yml"))
+        elif not isinstance(password.value, str | VaultValue):
+            reader.problem(password.key, "must be a string (quote it, or keep it in Ansible Vault)", password.file)
+
+
 def _check_munge_key(defined: Defined, reader: _Reader) -> None:
     """A key in the clear is checked; a vaulted or templated one only Ansible can read (its
     value is never echoed)."""
@@ -757,6 +776,7 @@ def load_inventory(name_or_path: str) -> Inventory:
     merged = {host: _merged_host_vars(host, reader, file_groups, file_hosts) for host in reader.host_keys}
     _check_addresses(merged, reader)
     _check_accounting(merged, members.get("controller", []), reader)
+    _check_grafana(merged, members.get("monitoring", []), reader)
 
     cluster_defined = {**reader.group_vars.get("all", {}), **file_groups.get("all", {})}
     cluster = ClusterVars()

@@ -225,3 +225,21 @@ def test_inspect_on_a_truncated_output(tmp_path: Path, real_outputs: Path, capsy
 def test_the_accounting_database_name_is_an_identifier(example_inventory: Path):
     _all_vars(example_inventory, "slurm_accounting_db_name: \"acct`; DROP DATABASE mysql; --\"\n")
     _one(example_inventory, "slurm_accounting_db_name", "not a database name")
+
+
+def test_grafana_needs_an_admin_password_where_it_is_installed(example_inventory: Path):
+    _edit(example_inventory / "group_vars" / "all.yml", lambda d: d.pop("monitoring_grafana_admin_password"))
+    _one(example_inventory, "monitoring_grafana_admin_password", "admin/admin")
+    _all_vars(example_inventory, "monitoring_grafana_install: false\n")
+    load_inventory(str(example_inventory))
+
+
+def test_every_monitoring_endpoint_listens_on_the_management_address():
+    role = Path(__file__).parents[2] / "roles" / "monitoring"
+    for template, flag in [("prometheus.default.j2", "--web.listen-address="),
+                           ("alertmanager.default.j2", "--web.listen-address="),
+                           ("node-exporter.default.j2", "--web.listen-address="),
+                           ("dcgm-exporter.conf.j2", " -a ")]:
+        text = (role / "templates" / template).read_text()
+        assert f"{flag}{{{{ _monitoring_listen }}}}:" in text, template
+    assert "http_addr" in (role / "tasks" / "configure.yml").read_text()

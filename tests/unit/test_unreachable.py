@@ -177,10 +177,13 @@ def test_replace_node_never_pairs_with_a_node_that_did_not_answer(
         busy: set[str], partner: str | None):
     """gpu03 is dead but Slurm still lists it idle: with gpu02 busy, replace-node waits for a
     partner (here not at all) rather than certifying with gpu03."""
-    monkeypatch.setattr(replace_module.known_hosts, "refresh", lambda *args: {})
+    key = replace_module.known_hosts.HostKey("ssh-ed25519 AAAAC3", "SHA256:stand-in", "ED25519")
+    monkeypatch.setattr(replace_module.known_hosts, "scan", lambda *args: [key])
+    monkeypatch.setattr(replace_module.known_hosts, "record", lambda *args: None)
     cluster.busy = busy
     runs = tmp_path / "runs"
-    request = replace_module.ReplaceRequest(inventory=inventory, node="gpu01", runs_dir=runs, partner_wait_s=0)
+    request = replace_module.ReplaceRequest(inventory=inventory, node="gpu01", runs_dir=runs, partner_wait_s=0,
+                                            accept_host_key=key.fingerprint)
     code = replace_module.replace_node(request, quiet())
     document = json.loads(next(runs.glob("*-replace-node-steps")).joinpath("replace-node.json").read_text())
     verify = next(s for s in document["steps"] if s["name"] == "verify versions")
