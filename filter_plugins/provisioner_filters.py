@@ -111,6 +111,14 @@ def monitoring_scrape_targets(hosts: list[str], hostvars: Any, port: int, gpu_no
                                      {name: list(members) for name, members in dict(groups).items()})
 
 
+def monitoring_tls_names(hosts: list[str], hostvars: Any) -> dict[str, list[str]]:
+    return monitoring.tls_names(list(hosts), hostvars)
+
+
+def web_password_hash(password: str, cluster: str) -> str:
+    return monitoring.web_password_hash(str(password), str(cluster))
+
+
 def _plain(value: Any) -> Any:
     """Inventory data as plain Python: a Vault-encrypted value (`!vault`) as its plain text, which
     to_nice_yaml would otherwise write back as its ciphertext."""
@@ -231,6 +239,8 @@ class FilterModule:
             "slurm_unsettled_nodes": slurm_unsettled_nodes,
             "fabric_ports": fabric_ports,
             "monitoring_scrape_targets": monitoring_scrape_targets,
+            "monitoring_tls_names": monitoring_tls_names,
+            "web_password_hash": web_password_hash,
             "alertmanager_config": alertmanager_config,
             "grafana_dashboard": grafana_dashboard,
             "dcgm_counter_fields": dcgm_counter_fields,

@@ -478,11 +478,18 @@ def _check_accounting(merged: dict[str, dict[str, Defined]], controllers: list[s
         reader.problem(password.key, "must be a string (quote it, or keep it in Ansible Vault)", password.file)
 
 
-def _check_grafana(merged: dict[str, dict[str, Defined]], servers: list[str], reader: _Reader) -> None:
-    """Where Grafana is installed (monitoring_grafana_install, on unless false) it needs an admin
-    password: Grafana's own default is admin/admin."""
+def _check_monitoring_secrets(merged: dict[str, dict[str, Defined]], servers: list[str], reader: _Reader) -> None:
+    """The monitoring endpoints' password is given, and where Grafana is installed
+    (monitoring_grafana_install, on unless false) its admin password: Grafana's own default is
+    admin/admin."""
     for server in servers:
         variables = merged.get(server, {})
+        web = variables.get("monitoring_web_password")
+        if web is None or web.value in ("", None):
+            reader.problem("monitoring_web_password",
+                           "Prometheus, Alertmanager and node_exporter answer only HTTPS requests with a password, and "
+                           "none is given: set monitoring_web_password (kept in Ansible Vault)",
+                           str(Path(reader.hosts_display).parent / "group_vars" / "all.yml"))
         install = variables.get("monitoring_grafana_install")
         if install is not None and install.value is False:
             continue
@@ -776,7 +783,7 @@ def load_inventory(name_or_path: str) -> Inventory:
     merged = {host: _merged_host_vars(host, reader, file_groups, file_hosts) for host in reader.host_keys}
     _check_addresses(merged, reader)
     _check_accounting(merged, members.get("controller", []), reader)
-    _check_grafana(merged, members.get("monitoring", []), reader)
+    _check_monitoring_secrets(merged, members.get("monitoring", []), reader)
 
     cluster_defined = {**reader.group_vars.get("all", {}), **file_groups.get("all", {})}
     cluster = ClusterVars()

@@ -8,7 +8,11 @@ drain. The checks of a running stack (targets down, exporters missing GPUs) live
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Any
+
+import bcrypt
 
 from provisioner import slurm_config
 from provisioner.parsers import parse_dcgm_metrics
@@ -45,7 +49,7 @@ def scrape_targets(hosts: list[str], hostvars: Any, port: int, gpu_nodes: list[s
     entries = []
     for host in hosts:
         variables = hostvars[host]
-        address = str(variables.get("monitoring_scrape_address") or variables.get("ansible_host") or host)
+        address = scrape_address(host, variables)
         labels = {"instance": host, "host": host}
         if host in gpu_nodes:
             labels["slurm_node"] = host
@@ -53,6 +57,23 @@ def scrape_targets(hosts: list[str], hostvars: Any, port: int, gpu_nodes: list[s
             labels["gpu_model"] = str(variables.get("gpu_model") or "")
         entries.append({"targets": [f"{address}:{int(port)}"], "labels": labels})
     return entries
+
+
+def scrape_address(host: str, variables: Any) -> str:
+    """Where Prometheus reaches a host's exporters: monitoring_scrape_address, else ansible_host,
+    else its name."""
+    return str(variables.get("monitoring_scrape_address") or variables.get("ansible_host") or host)
+
+
+def tls_names(hosts: list[str], hostvars: Any) -> dict[str, list[str]]:
+    """The addresses each host's certificate names: where it is scraped, and where its endpoints
+    listen when the inventory says (monitoring_listen_address)."""
+    names = {}
+    for host in hosts:
+        variables = hostvars[host]
+        listen = str(variables.get("monitoring_listen_address") or "")
+        names[host] = list(dict.fromkeys(a for a in (scrape_address(host, variables), listen) if a and "{{" not in a))
+    return names
 
 
 def _receiver(receiver: dict[str, Any]) -> dict[str, Any]:
@@ -193,3 +214,18 @@ def target_problems(active_targets: list[dict[str, Any]], expected: dict[str, li
                 rows.append({"job": job, "host": host, "health": str(target.get("health")),
                              "error": str(target.get("lastError") or "")})
     return rows
+
+
+BCRYPT_COST = 10
+_BCRYPT_ALPHABET = "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def web_password_hash(password: str, cluster: str) -> str:
+    """The bcrypt hash of the endpoints' basic-auth password for their web configuration.
+
+    Its salt is derived from the password and the cluster's name, so the hash (and the file
+    holding it) stays the same from run to run instead of restarting every exporter; it is
+    still unique to the cluster. Cost 10: the exporters cache a verified password."""
+    seed = hmac.new(str(password).encode(), f"provision web config {cluster}".encode(), hashlib.sha256).digest()
+    salt = "".join(_BCRYPT_ALPHABET[byte % 64] for byte in seed[:21]) + _BCRYPT_ALPHABET[seed[21] % 4 * 16]
+    return bcrypt.hashpw(str(password).encode(), f"$2b${BCRYPT_COST:02d}${salt}".encode()).decode()

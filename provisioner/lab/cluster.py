@@ -337,6 +337,8 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         "slurm_controller_by_name": True,
         "slurm_accounting_backup_dir": f"{SHARED_MOUNT}/slurm/accounting-backup",
         "slurm_accounting_db_password": _lab_secret("accounting-db-password"),
+        # Prometheus, Alertmanager and node_exporter answer HTTPS requests with it only.
+        "monitoring_web_password": _lab_secret("monitoring-web-password"),
         "slurm_accounting_mariadb_version": "1:10.11.18-0+deb12u1",
         "monitoring_prometheus_storage_path": f"{SHARED_MOUNT}/monitoring/prometheus",
         "monitoring_alertmanager_storage_path": f"{SHARED_MOUNT}/monitoring/alertmanager",

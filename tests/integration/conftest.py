@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import ssl
 import subprocess
 import time
+import urllib.parse
+import urllib.request
+from typing import Any
 
 import pytest
+import yaml
 
 from provisioner.cli import main
 from provisioner.lab import cluster
@@ -90,3 +97,16 @@ def wait_for(predicate, timeout: float = 60, what: str = "condition", interval: 
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def monitoring_api(address: str, port: int, path: str, **params: str) -> Any:
+    """GET a lab monitoring endpoint's JSON as Prometheus does: HTTPS checked against the
+    lab's cluster CA, with the inventory's basic-auth password."""
+    inventory = cluster.lab_inventory_dir()
+    password = yaml.safe_load((inventory / "group_vars" / "all.yml").read_text())["monitoring_web_password"]
+    context = ssl.create_default_context(cafile=str(inventory / ".provision-ca" / "ca.crt"))
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    request = urllib.request.Request(f"https://{address}:{port}{path}{query}", headers={
+        "Authorization": "Basic " + base64.b64encode(f"provision:{password}".encode()).decode()})
+    with urllib.request.urlopen(request, timeout=10, context=context) as response:
+        return json.loads(response.read())

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from provisioner.lab import cluster
 from provisioner.lab.state import update_state
 from provisioner.vault import forget_secrets
 
-from .conftest import LAB_GPUS, node_exec, wait_for
+from .conftest import LAB_GPUS, monitoring_api, node_exec, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -27,9 +25,7 @@ SERVER = "ctl01"
 
 
 def _get(lab: dict[str, str], port: int, path: str, **params: str):
-    query = f"?{urllib.parse.urlencode(params)}" if params else ""
-    with urllib.request.urlopen(f"http://{lab[SERVER]}:{port}{path}{query}", timeout=10) as response:
-        return json.loads(response.read())
+    return monitoring_api(lab[SERVER], port, path, **params)
 
 
 def promql(lab: dict[str, str], expr: str) -> list[dict]:
@@ -143,3 +139,39 @@ def test_limited_run_keeps_every_target_and_never_logs_the_receiver_secrets(prov
         monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE")
         forget_secrets()
         assert main(["apply", "--inventory", LAB, "--limit", SERVER, "--tags", "monitoring"]) == 0
+
+
+PROBE = """
+import json, ssl, sys, urllib.request, urllib.error
+url, method = sys.argv[1], sys.argv[2]
+context = ssl.create_default_context(); context.check_hostname = False; context.verify_mode = ssl.CERT_NONE
+silence = {"matchers": [{"name": "alertname", "value": ".+", "isRegex": True}], "createdBy": "x",
+           "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2030-01-01T00:00:00Z", "comment": "mute"}
+data = json.dumps(silence).encode() if method == "POST" else None
+request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+try:
+    print(urllib.request.urlopen(request, timeout=5, context=context).status)
+except urllib.error.HTTPError as error:
+    print(error.code)
+except Exception as error:
+    print("refused", type(error).__name__)
+"""
+
+
+def test_an_unauthenticated_request_from_another_node_is_refused(provisioned_lab):
+    """From a GPU node on the management network: no silence, no API, no metrics without the
+    password, and nothing in plain HTTP; Prometheus itself still scrapes every target."""
+    server, gpu02 = provisioned_lab[SERVER], provisioned_lab["gpu02"]
+    for url, method in [(f"https://{server}:9093/api/v2/silences", "POST"),
+                        (f"https://{server}:9093/api/v2/status", "GET"),
+                        (f"https://{server}:9090/api/v1/targets", "GET"), (f"https://{gpu02}:9100/metrics", "GET")]:
+        answer = node_exec("gpu01", "python3", "-c", PROBE, url, method).stdout.strip()
+        assert answer == "401", f"{method} {url}: {answer}"
+    for url in (f"http://{server}:9090/api/v1/targets", f"http://{gpu02}:9100/metrics"):
+        answer = node_exec("gpu01", "python3", "-c", PROBE, url, "GET").stdout.strip()
+        assert answer != "200", f"plain HTTP answered: {url}"
+    # Listening on the management address only: not on the server's loopback.
+    loopback = node_exec(SERVER, "python3", "-c", PROBE, "https://127.0.0.1:9090/-/ready", "GET").stdout
+    assert loopback.startswith("refused"), loopback
+    targets = monitoring_api(server, 9090, "/api/v1/targets")["data"]["activeTargets"]
+    assert targets and all(t["health"] == "up" for t in targets), [(t["scrapeUrl"], t["lastError"]) for t in targets]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import update_state
 
-from .conftest import gpu_nodes_in_service, node_exec, wait_for
+from .conftest import gpu_nodes_in_service, monitoring_api, node_exec, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -93,8 +92,7 @@ def test_a_replacement_with_other_hca_firmware_stays_drained_naming_it(runs: Pat
 
 def _targets_up(address: str) -> bool:
     """gpu02's node and DCGM targets are scraped at its new address, and up."""
-    with urllib.request.urlopen(f"http://{cluster_address('ctl01')}:9090/api/v1/targets", timeout=10) as answer:
-        targets = json.load(answer)["data"]["activeTargets"]
+    targets = monitoring_api(cluster_address("ctl01"), 9090, "/api/v1/targets")["data"]["activeTargets"]
     mine = [t for t in targets if t["labels"].get("instance") == "gpu02"]
     return ({t["labels"]["job"] for t in mine} == {"node", "dcgm"}
             and all(f"//{address}:" in t["scrapeUrl"] and t["health"] == "up" for t in mine))

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ import pytest
 from provisioner.cli import main
 from provisioner.lab import cluster
 
-from .conftest import gpu_nodes_in_service, node_exec, wait_for
+from .conftest import gpu_nodes_in_service, monitoring_api, node_exec, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -32,9 +30,7 @@ def controller_address() -> str:
 
 
 def prometheus(path: str, **params: str) -> dict:
-    query = f"?{urllib.parse.urlencode(params)}" if params else ""
-    with urllib.request.urlopen(f"http://{controller_address()}:9090{path}{query}", timeout=10) as answer:
-        return json.load(answer)["data"]
+    return monitoring_api(controller_address(), 9090, path, **params)["data"]
 
 
 def key_checksums() -> dict[str, str]:
