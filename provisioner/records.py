@@ -38,6 +38,23 @@ def private_file(path: Path, mode: str = "a") -> TextIO:
     return os.fdopen(os.open(path, flags, 0o600), mode, encoding="utf-8")
 
 
+def write_private(path: Path, content: str | bytes) -> Path:
+    """Write a record's file, 0600 from its first byte."""
+    data = content.encode() if isinstance(content, str) else content
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(data)
+    os.chmod(path, 0o600)
+    return path
+
+
+def make_private(tree: Path) -> None:
+    """Folders 0700 and files 0600 under `tree` (what an archive unpacked into a record)."""
+    for path in [tree, *tree.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o700 if path.is_dir() else 0o600)
+
+
 class EventLog:
     """Appends redacted events as JSON lines."""
 

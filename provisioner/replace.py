@@ -28,7 +28,7 @@ from provisioner.errors import InputError, InputProblem
 from provisioner.fleet import table as fleet_table
 from provisioner.inventory import Inventory
 from provisioner.lock import inventory_lock
-from provisioner.records import new_record_dir
+from provisioner.records import new_record_dir, write_private
 from provisioner.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
 
 REASON_LIMIT = 120
@@ -411,7 +411,7 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
                     "started": datetime.now(UTC).isoformat(), "steps": steps}
 
         def save() -> None:
-            (record / "replace-node.json").write_text(json.dumps(
+            write_private(record / "replace-node.json", json.dumps(
                 {**document, "steps": [asdict(s) for s in steps]}, indent=2) + "\n")
 
         def step(name: str, action: Callable[[StepRecord], None]) -> None:

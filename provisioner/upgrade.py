@@ -31,7 +31,7 @@ from provisioner.fleet import table as fleet_table
 from provisioner.inventory import Inventory
 from provisioner.ledger import node_history
 from provisioner.lock import inventory_lock
-from provisioner.records import new_record_dir, read_summary
+from provisioner.records import new_record_dir, read_summary, write_private
 from provisioner.replace import (
     REASON_LIMIT,
     FleetRead,
@@ -198,7 +198,7 @@ class _Rollout:
     def save(self) -> None:
         nodes = {node: {**self.document["nodes"].get(node, {}), "steps": [asdict(s) for s in steps]}
                  for node, steps in self.steps.items()}
-        (self.record / "upgrade.json").write_text(json.dumps({**self.document, "nodes": nodes}, indent=2) + "\n")
+        write_private(self.record / "upgrade.json", json.dumps({**self.document, "nodes": nodes}, indent=2) + "\n")
 
     def cluster(self) -> tuple[dict[str, set[str]], dict[str, str]]:
         handed, _ = handed_playbook(self.request, self.console, "upgrade-states", "slurm_states.yml",

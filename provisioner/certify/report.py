@@ -12,13 +12,14 @@ from typing import Any
 
 import matplotlib
 
+from provisioner.records import write_private
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 
 def write_json(path: Path, document: dict[str, Any]) -> Path:
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    return path
+    return write_private(path, json.dumps(document, indent=2) + "\n")
 
 
 def write_junit(path: Path, document: dict[str, Any]) -> Path:
@@ -40,7 +41,7 @@ def write_junit(path: Path, document: dict[str, Any]) -> Path:
             else:
                 ET.SubElement(case, "system-out").text = text
     ET.indent(suites)
-    path.write_bytes(ET.tostring(suites, encoding="utf-8", xml_declaration=True))
+    write_private(path, ET.tostring(suites, encoding="utf-8", xml_declaration=True))
     return path
 
 
@@ -197,5 +198,4 @@ td,th{{border:1px solid #ccc;padding:4px 8px;font-size:90%}} .fail{{background:#
 <h2>Plots</h2>{''.join(f'<div>{p}</div>' for p in plots)}
 </body></html>
 """
-    path.write_text(page)
-    return path
+    return write_private(path, page)

@@ -23,6 +23,7 @@ from provisioner.certify.schedule import Round, base_rounds, estimate_s
 from provisioner.errors import InputError, InputProblem
 from provisioner.inventory import Inventory
 from provisioner.lock import inventory_lock
+from provisioner.records import make_private
 from provisioner.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
 
 PARTS = ("communication", "training")
@@ -265,6 +266,7 @@ def read_archive(archive: Path, record: Path) -> tuple[dict[str, Any], list[dict
     target = record / "certification-outputs"
     with tarfile.open(archive) as tar:
         tar.extractall(target, filter="data")
+    make_private(target)
     results = json.loads((target / "results.json").read_text())
     runs = []
     for number, round_ in enumerate(results["rounds"]):
