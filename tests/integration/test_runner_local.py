@@ -54,6 +54,9 @@ def write_local_inventory(directory: Path, host_vars: dict[str, dict] | None = N
                                         "libnccl2": "2.18.5-1+cuda12.2", "libnccl-dev": "2.18.5-1+cuda12.2"},
         # No Slurm here: job accounting (which needs its database password) is off.
         "slurm_accounting": False,
+        # The monitoring endpoints' password (required), and no Grafana (whose would be too).
+        "monitoring_web_password": "local-monitoring-web-password",
+        "monitoring_grafana_install": False,
     }))
     (directory / "group_vars" / "gpu_nodes.yml").write_text(yaml.safe_dump({"gpu_count": 2, "gpu_model": "H100"}))
     (directory / "probe").mkdir(exist_ok=True)
