@@ -23,6 +23,7 @@ from provisioner.munge import munge_key_problem
 from provisioner.nccl_profiles import load_profiles
 from provisioner.nccl_variables import variable_problem
 from provisioner.redact import SECRET_KEYS_WITHIN, SECRET_NAME
+from provisioner.vault import is_vault_file
 from provisioner.yaml_source import EncryptedFile, VaultValue, load_yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -214,6 +215,8 @@ class _Reader:
     host_vars: dict[str, dict[str, Defined]] = field(default_factory=dict)
 
     warnings: list[InputProblem] = field(default_factory=list)
+    # Variable files encrypted whole with Ansible Vault (read with the vault password).
+    vaulted_files: set[str] = field(default_factory=set)
 
     def problem(self, key: str, message: str, file: str | None = None) -> None:
         self.problems.append(InputProblem(file or self.hosts_display, key, message))
@@ -356,6 +359,8 @@ def _read_var_files(directory: Path, known: set[str], kind: str, reader: _Reader
                 # Ansible decrypts it at run time; without the vault password its variable
                 # names are unknown here (a check that needs one of them says so).
                 continue
+            if is_vault_file(path):
+                reader.vaulted_files.add(display)
             reader._read_vars(found.setdefault(name, {}), document, "", display)
     return found
 
@@ -444,6 +449,8 @@ def _check_secret_in_clear(name: str, defined: Defined, reader: _Reader) -> None
     """A secret written in the clear is accepted, with a warning naming it (the run records
     never show it either way)."""
     advice = "keep it in Ansible Vault (ansible-vault encrypt_string, or an encrypted vault.yml)"
+    if defined.file in reader.vaulted_files:
+        return
     if SECRET_NAME.search(name) and _is_secret_in_clear(defined.value):
         reader.warnings.append(InputProblem(defined.file, defined.key, f"a secret in plain text: {advice}"))
     within = SECRET_KEYS_WITHIN.get(name)

@@ -66,13 +66,15 @@ def scrape_address(host: str, variables: Any) -> str:
 
 
 def tls_names(hosts: list[str], hostvars: Any) -> dict[str, list[str]]:
-    """The addresses each host's certificate names: where it is scraped, and where its endpoints
-    listen when the inventory says (monitoring_listen_address)."""
+    """The addresses each host's certificate names: where it is scraped, its management address
+    (ansible_host, where its endpoints listen by default), and where they listen when the
+    inventory says (monitoring_listen_address)."""
     names = {}
     for host in hosts:
         variables = hostvars[host]
-        listen = str(variables.get("monitoring_listen_address") or "")
-        names[host] = list(dict.fromkeys(a for a in (scrape_address(host, variables), listen) if a and "{{" not in a))
+        candidates = (scrape_address(host, variables), str(variables.get("ansible_host") or ""),
+                      str(variables.get("monitoring_listen_address") or ""))
+        names[host] = list(dict.fromkeys(a for a in candidates if a and "{{" not in a))
     return names
 
 

@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import os
 from functools import cache
+from pathlib import Path
 
 VAULT_HEADER = "$ANSIBLE_VAULT;"
 
 
 def is_vault_text(text: str) -> bool:
     return text.lstrip().startswith(VAULT_HEADER)
+
+
+def is_vault_file(path: Path) -> bool:
+    """Whether the file is encrypted whole with Ansible Vault."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(64).lstrip().startswith(VAULT_HEADER.encode())
+    except OSError:
+        return False
 
 
 def _sources() -> list[tuple[str, str]]:

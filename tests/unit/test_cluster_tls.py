@@ -43,11 +43,11 @@ def test_a_certificate_of_another_ca_is_replaced(tmp_path: Path):
 
 
 def test_names_are_where_the_host_is_scraped_and_where_it_listens():
-    hostvars = {"ctl01": {"ansible_host": "10.0.0.10"}, "gpu01": {"monitoring_scrape_address": "gpu01.mgmt",
-                                                                  "monitoring_listen_address": "10.0.1.1"},
-                "gpu02": {}}
+    hostvars = {"ctl01": {"ansible_host": "10.0.0.10"},
+                "gpu01": {"monitoring_scrape_address": "gpu01.mgmt", "ansible_host": "10.0.1.1"},
+                "gpu02": {"monitoring_listen_address": "10.0.2.2"}}
     assert tls_names(["ctl01", "gpu01", "gpu02"], hostvars) == {
-        "ctl01": ["10.0.0.10"], "gpu01": ["gpu01.mgmt", "10.0.1.1"], "gpu02": ["gpu02"]}
+        "ctl01": ["10.0.0.10"], "gpu01": ["gpu01.mgmt", "10.0.1.1"], "gpu02": ["gpu02", "10.0.2.2"]}
 
 
 def test_the_password_hash_is_bcrypt_stable_and_unique_to_the_cluster():

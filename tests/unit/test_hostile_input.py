@@ -200,6 +200,11 @@ def test_an_encrypted_vault_file_is_accepted(example_inventory: Path, vault_pass
     forget_secrets()
     # With the password its variables are read, and checked like any others.
     _one(example_inventory, "group_vars/all/vault.yml", "vault_tool_version", "not an exact version")
+    # Its secrets are kept in Vault: no plain-text warning for them.
+    (vault_dir / "vault.yml").write_text(_vault_encrypt("vault_db_password: s3cr3t-value\n", vault_password))
+    assert not [w for w in load_inventory(str(example_inventory)).warnings if "vault_db_password" in w.key]
+    (example_inventory / "group_vars" / "login.yml").write_text("vault_db_password: s3cr3t-value\n")
+    assert [w for w in load_inventory(str(example_inventory)).warnings if "vault_db_password" in w.key]
 
 
 def test_plain_text_secrets_are_warned_about(example_inventory: Path, capsys):
