@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,15 +21,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from provisioner.records import write_private
+
 CA_DAYS = 3650
 HOST_DAYS = 825
 RENEW_BEFORE = timedelta(days=30)
-
-
-def _write(path: Path, data: bytes) -> None:
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(data)
 
 
 def _key_bytes(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -42,7 +37,7 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def ensure_ca(directory: Path, cluster: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey, bool]:
+def ensure_ca(directory: Path, cluster: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """The CA kept in `directory`, made on first use."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     directory.chmod(0o700)
@@ -50,7 +45,7 @@ def ensure_ca(directory: Path, cluster: str) -> tuple[x509.Certificate, ec.Ellip
     if cert_path.is_file() and key_path.is_file():
         key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
         assert isinstance(key, ec.EllipticCurvePrivateKey)
-        return x509.load_pem_x509_certificate(cert_path.read_bytes()), key, False
+        return x509.load_pem_x509_certificate(cert_path.read_bytes()), key
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.now(UTC)
     name = _name(f"provision {cluster} monitoring CA")
@@ -62,9 +57,9 @@ def ensure_ca(directory: Path, cluster: str) -> tuple[x509.Certificate, ec.Ellip
                                          content_commitment=False, key_encipherment=False, data_encipherment=False,
                                          key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
             .sign(key, hashes.SHA256()))
-    _write(key_path, _key_bytes(key))
-    _write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
-    return cert, key, True
+    write_private(key_path, _key_bytes(key))
+    write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+    return cert, key
 
 
 def _names(host: str, addresses: list[str]) -> list[x509.GeneralName]:
@@ -92,7 +87,7 @@ def _current(path: Path, ca: x509.Certificate, names: list[x509.GeneralName]) ->
 
 def ensure_host_certificates(directory: Path, cluster: str, hosts: dict[str, list[str]]) -> list[str]:
     """Every host's key and certificate under directory/hosts/; returns the hosts given new ones."""
-    ca, ca_key, _ = ensure_ca(directory, cluster)
+    ca, ca_key = ensure_ca(directory, cluster)
     folder = directory / "hosts"
     folder.mkdir(mode=0o700, exist_ok=True)
     changed = []
@@ -111,8 +106,8 @@ def ensure_host_certificates(directory: Path, cluster: str, hosts: dict[str, lis
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                                       ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
                 .sign(ca_key, hashes.SHA256()))
-        _write(folder / f"{host}.key", _key_bytes(key))
-        _write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+        write_private(folder / f"{host}.key", _key_bytes(key))
+        write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
         changed.append(host)
     return changed
 

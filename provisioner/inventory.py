@@ -474,15 +474,20 @@ def _check_accounting(merged: dict[str, dict[str, Defined]], controllers: list[s
         return
     if enabled is not None and enabled.value is False:
         return
-    password = variables.get("slurm_accounting_db_password")
-    if password is None or password.value in ("", None):
-        reader.problem("slurm_accounting_db_password",
-                       f"job accounting is on (slurm_accounting) but the controller {controllers[0]} has no database "
-                       "password: set slurm_accounting_db_password (kept in Ansible Vault) in group_vars/all.yml or "
-                       "group_vars/controller.yml, or set slurm_accounting: false",
-                       str(Path(reader.hosts_display).parent / "group_vars" / "all.yml"))
-    elif not isinstance(password.value, str | VaultValue):
-        reader.problem(password.key, "must be a string (quote it, or keep it in Ansible Vault)", password.file)
+    _require_secret(variables, "slurm_accounting_db_password",
+                    f"job accounting is on (slurm_accounting) but the controller {controllers[0]} has no database "
+                    "password: set slurm_accounting_db_password (kept in Ansible Vault) in group_vars/all.yml or "
+                    "group_vars/controller.yml, or set slurm_accounting: false", reader)
+
+
+def _require_secret(variables: dict[str, Defined], name: str, missing: str, reader: _Reader) -> None:
+    """A secret the inventory must give, as a string (its value never echoed); `missing` says
+    why it is needed and where to set it."""
+    defined = variables.get(name)
+    if defined is None or defined.value in ("", None):
+        reader.problem(name, missing, str(Path(reader.hosts_display).parent / "group_vars" / "all.yml"))
+    elif not isinstance(defined.value, str | VaultValue):
+        reader.problem(defined.key, "must be a string (quote it, or keep it in Ansible Vault)", defined.file)
 
 
 def _check_monitoring_secrets(merged: dict[str, dict[str, Defined]], servers: list[str], reader: _Reader) -> None:
@@ -491,24 +496,16 @@ def _check_monitoring_secrets(merged: dict[str, dict[str, Defined]], servers: li
     admin/admin."""
     for server in servers:
         variables = merged.get(server, {})
-        web = variables.get("monitoring_web_password")
-        if web is None or web.value in ("", None):
-            reader.problem("monitoring_web_password",
-                           "Prometheus, Alertmanager and node_exporter answer only HTTPS requests with a password, and "
-                           "none is given: set monitoring_web_password (kept in Ansible Vault)",
-                           str(Path(reader.hosts_display).parent / "group_vars" / "all.yml"))
+        _require_secret(variables, "monitoring_web_password",
+                        "Prometheus, Alertmanager and node_exporter answer only HTTPS requests with a password, and "
+                        "none is given: set monitoring_web_password (kept in Ansible Vault)", reader)
         install = variables.get("monitoring_grafana_install")
         if install is not None and install.value is False:
             continue
-        password = variables.get("monitoring_grafana_admin_password")
-        if password is None or password.value in ("", None):
-            reader.problem("monitoring_grafana_admin_password",
-                           f"Grafana is installed on {server} (monitoring_grafana_install) but has no admin password, "
-                           "so it would keep admin/admin: set monitoring_grafana_admin_password (kept in Ansible "
-                           "Vault), or set monitoring_grafana_install: false",
-                           str(Path(reader.hosts_display).parent / "group_vars" / "all.yml"))
-        elif not isinstance(password.value, str | VaultValue):
-            reader.problem(password.key, "must be a string (quote it, or keep it in Ansible Vault)", password.file)
+        _require_secret(variables, "monitoring_grafana_admin_password",
+                        f"Grafana is installed on {server} (monitoring_grafana_install) but has no admin password, "
+                        "so it would keep admin/admin: set monitoring_grafana_admin_password (kept in Ansible "
+                        "Vault), or set monitoring_grafana_install: false", reader)
 
 
 def _check_munge_key(defined: Defined, reader: _Reader) -> None:

@@ -6,7 +6,7 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 
 from provisioner.inventory import PROJECT_ROOT
 from provisioner.redact import Redactor
@@ -32,18 +32,17 @@ def new_record_dir(base: Path, command: str) -> Path:
     return candidate
 
 
-def private_file(path: Path, mode: str = "a") -> TextIO:
-    """A record's file, readable by its owner only (0600) from its first byte."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if mode == "a" else os.O_TRUNC)
-    return os.fdopen(os.open(path, flags, 0o600), mode, encoding="utf-8")
+def private_file(path: Path, mode: str = "a") -> IO:
+    """A file readable by its owner only (0600) from its first byte, never through a link:
+    appended to ("a"), or written anew ("w", "wb")."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if mode.startswith("a") else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, 0o600), mode, encoding=None if "b" in mode else "utf-8")
 
 
 def write_private(path: Path, content: str | bytes) -> Path:
-    """Write a record's file, 0600 from its first byte."""
-    data = content.encode() if isinstance(content, str) else content
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(data)
+    """Write a file anew, 0600 from its first byte (and 0600 if it existed)."""
+    with private_file(path, "wb") as handle:
+        handle.write(content.encode() if isinstance(content, str) else content)
     os.chmod(path, 0o600)
     return path
 
@@ -73,10 +72,7 @@ class EventLog:
 
 
 def write_summary(record: Path, summary: dict[str, Any], redactor: Redactor) -> Path:
-    path = record / SUMMARY
-    with private_file(path, "w") as handle:
-        handle.write(json.dumps(redactor.data(summary), indent=2, default=str) + "\n")
-    return path
+    return write_private(record / SUMMARY, json.dumps(redactor.data(summary), indent=2, default=str) + "\n")
 
 
 def read_summary(record: Path) -> dict[str, Any]:

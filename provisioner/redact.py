@@ -10,7 +10,6 @@ sitting in a URL's credentials (`scheme://user:password@host`).
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -110,16 +109,11 @@ class Redactor:
         return value
 
     def files(self, directory: Path) -> None:
-        """Scrub every text file under `directory` in place, and make the tree private (0700
-        folders, 0600 files)."""
-        for path in [directory, *directory.rglob("*")]:
-            if path.is_symlink():
-                continue
-            if path.is_dir():
-                path.chmod(0o700)
-                continue
-            os.chmod(path, 0o600)
-            if self._pattern is None:
+        """Scrub every text file under `directory` in place."""
+        if self._pattern is None:
+            return
+        for path in directory.rglob("*"):
+            if path.is_symlink() or not path.is_file():
                 continue
             try:
                 content = path.read_text(encoding="utf-8")

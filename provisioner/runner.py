@@ -20,7 +20,7 @@ from rich.console import Console
 from provisioner.inventory import PROJECT_ROOT, Inventory
 from provisioner.lock import inventory_lock
 from provisioner.progress import Progress, changes_table, failure_details, recap_table
-from provisioner.records import EVENTS, EventLog, new_record_dir, write_summary
+from provisioner.records import EVENTS, EventLog, make_private, new_record_dir, write_summary
 from provisioner.redact import Redactor, secret_values
 from provisioner.run_state import RunState
 
@@ -254,6 +254,7 @@ def _run_locked(request: RunRequest, console: Console) -> RunOutcome:
     summary = _summary(request, state, started, time.monotonic() - clock, runner_status, runner_rc, exit_code,
                        interrupted)
     redactor.files(raw)
+    make_private(raw)
     for part in ("runner", "artifacts"):
         if (raw / part).exists():
             shutil.move(raw / part, record / part)

@@ -24,7 +24,7 @@ def is_vault_file(path: Path) -> bool:
     """Whether the file is encrypted whole with Ansible Vault."""
     try:
         with path.open("rb") as handle:
-            return handle.read(64).lstrip().startswith(VAULT_HEADER.encode())
+            return is_vault_text(handle.read(64).decode("ascii", errors="replace"))
     except OSError:
         return False
 

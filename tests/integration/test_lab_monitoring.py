@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.parsing.vault import VaultLib, VaultSecret
 
 from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import update_state
 from provisioner.vault import forget_secrets
+from tests.helpers import vault_encrypt
 
 from .conftest import LAB_GPUS, monitoring_api, node_exec, wait_for
 
@@ -96,8 +96,7 @@ def test_every_dashboard_query_is_accepted_and_returns_series(provisioned_lab):
 
 
 def _vaulted(text: str, password: str, indent: int) -> str:
-    secret = VaultSecret(password.encode())
-    blob = VaultLib([("default", secret)]).encrypt(text, secret).decode()
+    blob = vault_encrypt(text, password)
     return "!vault |\n" + "".join(" " * indent + line + "\n" for line in blob.splitlines())
 
 
@@ -120,9 +119,7 @@ def test_limited_run_keeps_every_target_and_never_logs_the_receiver_secrets(prov
         "  - name: mail\n    type: email\n    to: oncall@example.invalid\n    from: lab@example.invalid\n"
         "    smarthost: smtp.example.invalid:587\n    auth_username: lab\n"
         f"    auth_password: {_vaulted(secrets['smtp'], password, 6)}")
-    secret = VaultSecret(password.encode())
-    (host_vars / "ctl01" / "vault.yml").write_text(
-        VaultLib([("default", secret)]).encrypt(f"vault_slack_url: {secrets['slack']}\n", secret).decode())
+    (host_vars / "ctl01" / "vault.yml").write_text(vault_encrypt(f"vault_slack_url: {secrets['slack']}\n", password))
     try:
         assert main(["apply", "--inventory", LAB, "--limit", SERVER, "--tags", "monitoring"]) == 0
         targets = yaml.safe_load(node_exec(SERVER, "cat", "/etc/prometheus/targets/dcgm.yml").stdout)

@@ -15,7 +15,7 @@ from provisioner.cuda_compat import (
     torch_builds,
     torch_driver_problem,
 )
-from tests.unit.test_inventory import _edit, _one
+from tests.helpers import edit_yaml, one_problem
 
 INDEX_126 = "https://download.pytorch.org/whl/cu126"
 
@@ -75,8 +75,8 @@ def test_ldd_names_the_missing_libraries():
 
 
 def test_inventory_with_a_torch_the_driver_cannot_run_is_refused(example_inventory: Path, capsys):
-    _edit(example_inventory / "group_vars/all.yml", lambda d: d.pop("certification_pip_packages"))
-    problem = _one(example_inventory, "all.yml", "gpu_driver_version", "CUDA 13.0")
+    edit_yaml(example_inventory / "group_vars/all.yml", lambda d: d.pop("certification_pip_packages"))
+    problem = one_problem(example_inventory, "all.yml", "gpu_driver_version", "CUDA 13.0")
     assert "580.65.06" in problem
     assert main(["inventory", "validate", "--inventory", str(example_inventory)]) == 2
     assert "Traceback" not in capsys.readouterr().err
@@ -86,7 +86,7 @@ def test_a_node_that_does_not_need_its_gpus_is_not_checked(example_inventory: Pa
     def cpu_only(document: dict) -> None:
         document.pop("certification_pip_packages")
         document["certification_require_cuda"] = False
-    _edit(example_inventory / "group_vars/all.yml", cpu_only)
+    edit_yaml(example_inventory / "group_vars/all.yml", cpu_only)
     assert main(["inventory", "validate", "--inventory", str(example_inventory)]) == 0
 
 
@@ -94,5 +94,5 @@ def test_one_node_with_another_driver_is_named_once_at_its_definition(example_in
     host_vars = example_inventory / "host_vars"
     host_vars.mkdir(exist_ok=True)
     (host_vars / "gpu02.yml").write_text(yaml.safe_dump({"certification_pip_packages": ["torch==2.13.0"]}))
-    problem = _one(example_inventory, "gpu02.yml", "certification_pip_packages")
+    problem = one_problem(example_inventory, "gpu02.yml", "certification_pip_packages")
     assert "CUDA 13.0" in problem

@@ -7,31 +7,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.parsing.vault import VaultLib, VaultSecret
 
 from provisioner.cli import main
-from provisioner.errors import InputError
 from provisioner.inventory import load_inventory
 from provisioner.vault import forget_secrets
-
-
-def _edit(path: Path, change) -> None:
-    document = yaml.safe_load(path.read_text())
-    change(document)
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-
-
-def _problems(directory: Path) -> list[str]:
-    with pytest.raises(InputError) as caught:
-        load_inventory(str(directory))
-    return [str(problem) for problem in caught.value.problems]
-
-
-def _one(directory: Path, *fragments: str) -> str:
-    problems = _problems(directory)
-    matching = [p for p in problems if all(f in p for f in fragments)]
-    assert matching, f"no problem mentions {fragments}; got {problems}"
-    return matching[0]
+from tests.helpers import edit_yaml, one_problem, vault_encrypt
 
 
 def _gpu01(document: dict) -> dict:
@@ -44,7 +24,7 @@ def _all_vars(inventory: Path, text: str) -> None:
 
 
 def test_brackets_in_a_host_name_are_printed_as_written(example_inventory: Path, capsys):
-    _edit(example_inventory / "hosts.yml", lambda d: d["all"]["children"]["gpu_nodes"]["children"]["h100"]["hosts"]
+    edit_yaml(example_inventory / "hosts.yml", lambda d: d["all"]["children"]["gpu_nodes"]["children"]["h100"]["hosts"]
           .__setitem__("gpu[01-02]", {"ansible_host": "10.10.1.99"}))
     assert main(["inventory", "validate", "-i", str(example_inventory)]) == 2
     err = capsys.readouterr().err
@@ -63,64 +43,64 @@ def test_bracket_markup_in_a_path_does_not_crash(tmp_path: Path, capsys):
 ])
 def test_files_that_are_not_utf8_text(example_inventory: Path, content: bytes, reason: str):
     (example_inventory / "hosts.yml").write_bytes(content)
-    _one(example_inventory, "hosts.yml", reason)
+    one_problem(example_inventory, "hosts.yml", reason)
 
 
 def test_a_key_that_is_a_list_or_mapping(example_inventory: Path):
     _all_vars(example_inventory, "? [a, b]\n: 1\n")
-    _one(example_inventory, "group_vars/all.yml", "is a list or mapping")
+    one_problem(example_inventory, "group_vars/all.yml", "is a list or mapping")
     (example_inventory / "group_vars" / "all.yml").write_text("{x: 1}: 2\n")
-    _one(example_inventory, "group_vars/all.yml", "is a list or mapping")
+    one_problem(example_inventory, "group_vars/all.yml", "is a list or mapping")
 
 
 def test_nesting_thousands_deep(example_inventory: Path):
     _all_vars(example_inventory, "deep: " + "[" * 5000 + "]" * 5000 + "\n")
-    _one(example_inventory, "group_vars/all.yml", "nested")
+    one_problem(example_inventory, "group_vars/all.yml", "nested")
     (example_inventory / "group_vars" / "all.yml").write_text("deep: " + "[" * 80 + "]" * 80 + "\n")
-    _one(example_inventory, "group_vars/all.yml", "nested more than 64 levels")
+    one_problem(example_inventory, "group_vars/all.yml", "nested more than 64 levels")
 
 
 def test_an_alias_bomb_is_refused(example_inventory: Path):
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
     _all_vars(example_inventory, "\n".join(lines) + "\n")
-    _one(example_inventory, "group_vars/all.yml", "aliases expand to more than")
+    one_problem(example_inventory, "group_vars/all.yml", "aliases expand to more than")
 
 
 def test_a_self_referring_alias_is_refused(example_inventory: Path):
     _all_vars(example_inventory, "loop: &l [1, *l]\n")
-    _one(example_inventory, "group_vars/all.yml", "refers to the collection that holds it")
+    one_problem(example_inventory, "group_vars/all.yml", "refers to the collection that holds it")
 
 
 def test_a_huge_file_is_refused_by_size(example_inventory: Path):
     with (example_inventory / "group_vars" / "gpu_nodes.yml").open("a") as handle:
         handle.write("# " + "x" * (17 * 1024 * 1024) + "\n")
-    _one(example_inventory, "group_vars/gpu_nodes.yml", "larger than 16 MiB")
+    one_problem(example_inventory, "group_vars/gpu_nodes.yml", "larger than 16 MiB")
 
 
 def test_a_symlink_loop_in_group_vars(example_inventory: Path):
     (example_inventory / "group_vars" / "login.yml").symlink_to("login.yml")
-    _one(example_inventory, "group_vars/login.yml", "cannot read")
+    one_problem(example_inventory, "group_vars/login.yml", "cannot read")
 
 
 def test_group_vars_linking_outside_the_inventory(example_inventory: Path, tmp_path: Path):
     outside = tmp_path / "elsewhere.yml"
     outside.write_text("fabric: infiniband\n")
     (example_inventory / "group_vars" / "login.yml").symlink_to(outside)
-    _one(example_inventory, "group_vars/login.yml", "outside the inventory")
+    one_problem(example_inventory, "group_vars/login.yml", "outside the inventory")
 
 
 def test_a_trailing_newline_does_not_pass_a_pattern(example_inventory: Path):
     (example_inventory / "group_vars" / "login.yml").write_text('login_tool_version: "1.2.3\\n"\n')
-    _one(example_inventory, "login_tool_version", "not an exact version")
+    one_problem(example_inventory, "login_tool_version", "not an exact version")
 
 
 @pytest.mark.parametrize("host, reason", [("g" * 64, "longer than 63"), ("gpu..01", "none empty"),
                                           ("gpu01.", "none empty"), ("-gpu01", "not a valid host name")])
 def test_host_names_dns_would_refuse(example_inventory: Path, host: str, reason: str):
-    _edit(example_inventory / "hosts.yml", lambda d: d["all"]["children"]["gpu_nodes"]["children"]["h100"]["hosts"]
+    edit_yaml(example_inventory / "hosts.yml", lambda d: d["all"]["children"]["gpu_nodes"]["children"]["h100"]["hosts"]
           .__setitem__(host, {"ansible_host": "10.10.1.99"}))
-    _one(example_inventory, "hosts.yml", reason)
+    one_problem(example_inventory, "hosts.yml", reason)
 
 
 @pytest.mark.parametrize("address, reason", [
@@ -130,27 +110,27 @@ def test_host_names_dns_would_refuse(example_inventory: Path, host: str, reason:
     ("10.10.1.300", "above 255"),
 ])
 def test_ansible_host_must_be_an_address(example_inventory: Path, address: str, reason: str):
-    _edit(example_inventory / "hosts.yml", lambda d: _gpu01(d).__setitem__("ansible_host", address))
-    _one(example_inventory, "hosts.yml", "gpu01.ansible_host", reason)
+    edit_yaml(example_inventory / "hosts.yml", lambda d: _gpu01(d).__setitem__("ansible_host", address))
+    one_problem(example_inventory, "hosts.yml", "gpu01.ansible_host", reason)
 
 
 def test_one_address_written_two_ways_is_a_duplicate(example_inventory: Path):
-    _edit(example_inventory / "hosts.yml", lambda d: _gpu01(d).__setitem__("ansible_host", "10.10.1.012"))
-    _one(example_inventory, "hosts.yml", "ansible_host", "duplicate host", "'gpu02' has the same address")
-    _one(example_inventory, "hosts.yml", "gpu01.ansible_host", "leading zeros")
+    edit_yaml(example_inventory / "hosts.yml", lambda d: _gpu01(d).__setitem__("ansible_host", "10.10.1.012"))
+    one_problem(example_inventory, "hosts.yml", "ansible_host", "duplicate host", "'gpu02' has the same address")
+    one_problem(example_inventory, "hosts.yml", "gpu01.ansible_host", "leading zeros")
 
 
 def test_a_partition_with_no_nodes(example_inventory: Path):
     _all_vars(example_inventory, "")
-    _edit(example_inventory / "group_vars" / "all.yml",
+    edit_yaml(example_inventory / "group_vars" / "all.yml",
           lambda d: d["slurm_partitions"].append({"name": "empty", "nodes": []}))
-    _one(example_inventory, "slurm_partitions[3].nodes", "has no nodes")
+    one_problem(example_inventory, "slurm_partitions[3].nodes", "has no nodes")
 
 
 def test_more_than_one_monitoring_host(example_inventory: Path):
-    _edit(example_inventory / "hosts.yml",
+    edit_yaml(example_inventory / "hosts.yml",
           lambda d: d["all"]["children"]["monitoring"]["hosts"].__setitem__("login01", None))
-    _one(example_inventory, "all.children.monitoring", "exactly one monitoring host")
+    one_problem(example_inventory, "all.children.monitoring", "exactly one monitoring host")
 
 
 def test_preflight_accepts_what_validation_accepts():
@@ -165,19 +145,14 @@ def test_preflight_accepts_what_validation_accepts():
                                        ("monitoring_alertmanager_port: '9093; rm'\n", "monitoring_alertmanager_port")])
 def test_ports_outside_the_range(example_inventory: Path, line: str, key: str):
     _all_vars(example_inventory, line)
-    _one(example_inventory, key, "port number from 1 to 65535")
+    one_problem(example_inventory, key, "port number from 1 to 65535")
 
 
 def test_port_rate_that_is_not_a_number(example_inventory: Path, capsys):
     _all_vars(example_inventory, "infiniband_port_rate: fast\n")
-    _one(example_inventory, "infiniband_port_rate", "port rate in Gb/s")
+    one_problem(example_inventory, "infiniband_port_rate", "port rate in Gb/s")
     assert main(["plan", "--inventory", str(example_inventory), "--model", "llama-8b"]) == 2
     assert "Traceback" not in capsys.readouterr().err
-
-
-def _vault_encrypt(text: str, password_file: Path) -> str:
-    secret = VaultSecret(password_file.read_text().strip().encode())
-    return VaultLib([("default", secret)]).encrypt(text, secret).decode()
 
 
 @pytest.fixture
@@ -194,14 +169,15 @@ def vault_password(tmp_path: Path, monkeypatch) -> Path:
 def test_an_encrypted_vault_file_is_accepted(example_inventory: Path, vault_password: Path, monkeypatch):
     vault_dir = example_inventory / "group_vars" / "all"
     vault_dir.mkdir()
-    (vault_dir / "vault.yml").write_text(_vault_encrypt("vault_tool_version: latest\n", vault_password))
+    password = vault_password.read_text().strip()
+    (vault_dir / "vault.yml").write_text(vault_encrypt("vault_tool_version: latest\n", password))
     load_inventory(str(example_inventory))  # no password at hand: accepted, names unknown
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(vault_password))
     forget_secrets()
     # With the password its variables are read, and checked like any others.
-    _one(example_inventory, "group_vars/all/vault.yml", "vault_tool_version", "not an exact version")
+    one_problem(example_inventory, "group_vars/all/vault.yml", "vault_tool_version", "not an exact version")
     # Its secrets are kept in Vault: no plain-text warning for them.
-    (vault_dir / "vault.yml").write_text(_vault_encrypt("vault_db_password: s3cr3t-value\n", vault_password))
+    (vault_dir / "vault.yml").write_text(vault_encrypt("vault_db_password: s3cr3t-value\n", password))
     assert not [w for w in load_inventory(str(example_inventory)).warnings if "vault_db_password" in w.key]
     (example_inventory / "group_vars" / "login.yml").write_text("vault_db_password: s3cr3t-value\n")
     assert [w for w in load_inventory(str(example_inventory)).warnings if "vault_db_password" in w.key]
@@ -229,12 +205,12 @@ def test_inspect_on_a_truncated_output(tmp_path: Path, real_outputs: Path, capsy
 
 def test_the_accounting_database_name_is_an_identifier(example_inventory: Path):
     _all_vars(example_inventory, "slurm_accounting_db_name: \"acct`; DROP DATABASE mysql; --\"\n")
-    _one(example_inventory, "slurm_accounting_db_name", "not a database name")
+    one_problem(example_inventory, "slurm_accounting_db_name", "not a database name")
 
 
 def test_grafana_needs_an_admin_password_where_it_is_installed(example_inventory: Path):
-    _edit(example_inventory / "group_vars" / "all.yml", lambda d: d.pop("monitoring_grafana_admin_password"))
-    _one(example_inventory, "monitoring_grafana_admin_password", "admin/admin")
+    edit_yaml(example_inventory / "group_vars" / "all.yml", lambda d: d.pop("monitoring_grafana_admin_password"))
+    one_problem(example_inventory, "monitoring_grafana_admin_password", "admin/admin")
     _all_vars(example_inventory, "monitoring_grafana_install: false\n")
     load_inventory(str(example_inventory))
 

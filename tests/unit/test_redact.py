@@ -6,12 +6,12 @@ import stat
 from pathlib import Path
 
 import pytest
-from ansible.parsing.vault import VaultLib, VaultSecret
 
-from provisioner.records import EventLog, new_record_dir, write_summary
+from provisioner.records import EventLog, make_private, new_record_dir, write_summary
 from provisioner.redact import MASK, Redactor, secret_values
 from provisioner.vault import forget_secrets
 from provisioner.yaml_source import VaultValue
+from tests.helpers import vault_encrypt
 
 PASSWORD = "correct horse battery staple"
 
@@ -23,8 +23,7 @@ def vault(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(password_file))
     monkeypatch.delenv("ANSIBLE_VAULT_IDENTITY_LIST", raising=False)
     forget_secrets()
-    secret = VaultSecret(PASSWORD.encode())
-    yield lambda text: VaultValue(VaultLib([("default", secret)]).encrypt(text, secret).decode())
+    yield lambda text: VaultValue(vault_encrypt(text, PASSWORD))
     forget_secrets()
 
 
@@ -77,6 +76,7 @@ def test_records_are_private(tmp_path: Path):
     raw.mkdir(mode=0o755)
     (raw / "stdout").write_text("hunter2x\n")
     Redactor(["hunter2x"]).files(raw)
+    make_private(raw)  # as the runner does with its raw files
     assert stat.S_IMODE(record.stat().st_mode) == 0o700
     assert stat.S_IMODE(raw.stat().st_mode) == 0o700
     for path in (record / "events.jsonl", record / "summary.json", raw / "stdout"):
