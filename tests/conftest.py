@@ -35,3 +35,20 @@ def _runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The time each test module took (setup, call and teardown together), slowest first, so
+    the suite's budget is visible at the end of every run."""
+    totals: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                module = report.nodeid.split("::", 1)[0]
+                totals[module] = totals.get(module, 0.0) + report.duration
+    if not totals:
+        return
+    terminalreporter.write_sep("=", "time per test module, slowest first")
+    for module, seconds in sorted(totals.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+    terminalreporter.write_line(f"{sum(totals.values()):8.1f} s  in all")
