@@ -36,9 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from provisioner.ansible.records import read_summary  # noqa: E402
+from provisioner.ansible.runner import ansible_environment  # noqa: E402
 from provisioner.lab import cluster  # noqa: E402
-from provisioner.records import read_summary  # noqa: E402
-from provisioner.runner import ansible_environment  # noqa: E402
 
 BIN = Path(sys.executable).parent
 

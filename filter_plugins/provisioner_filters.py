@@ -10,8 +10,18 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from provisioner import cuda_compat, fabric, fleet, monitoring, munge, nccl_profiles, packages, slurm_config, tables
 from provisioner.certify import jobs as certify_jobs
+from provisioner.facts import (
+    cuda_compat,
+    fabric,
+    fleet,
+    monitoring,
+    munge,
+    nccl_profiles,
+    packages,
+    slurm_config,
+    tables,
+)
 from provisioner.parsers import PARSERS, ParseError, parse_nvidia_smi_csv
 
 

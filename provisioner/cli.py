@@ -11,11 +11,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from provisioner.ansible.records import latest_record, read_summary
+from provisioner.ansible.runner import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
 from provisioner.errors import InputError, InputProblem, LockHeldError
-from provisioner.inventory import Inventory, load_inventory
+from provisioner.inventory.loader import Inventory, load_inventory
 from provisioner.parsers import PARSERS, ParseError
-from provisioner.records import latest_record, read_summary, runs_dir
-from provisioner.runner import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
+from provisioner.paths import runs_dir
 
 console = Console()
 error_console = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -305,7 +306,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_replace_node(args: argparse.Namespace) -> int:
-    from provisioner.replace import ReplaceRequest, replace_node
+    from provisioner.operations.replace_node import ReplaceRequest, replace_node
 
     if args.steps < 1:
         raise InputError([InputProblem("command line", "--steps", "must be at least 1")])
@@ -317,7 +318,7 @@ def cmd_replace_node(args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    from provisioner.upgrade import UpgradeRequest, upgrade
+    from provisioner.operations.upgrade import UpgradeRequest, upgrade
 
     if args.steps < 1:
         raise InputError([InputProblem("command line", "--steps", "must be at least 1")])
@@ -330,8 +331,8 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_drain_resume(args: argparse.Namespace) -> int:
-    from provisioner.ledger import node_history
-    from provisioner.replace import check_node
+    from provisioner.ansible.ledger import node_history
+    from provisioner.operations.replace_node import check_node
 
     inventory = _load(args.inventory)
     check_node(inventory, args.node)

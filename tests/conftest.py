@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from provisioner.paths import PROJECT_ROOT
+
 # Real outputs of the vendor tools, from real clusters (their sources: tests/fixtures/README.md).
 REAL_OUTPUTS = PROJECT_ROOT / "tests" / "fixtures"
 

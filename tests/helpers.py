@@ -10,7 +10,7 @@ import yaml
 from ansible.parsing.vault import VaultLib, VaultSecret
 
 from provisioner.errors import InputError
-from provisioner.inventory import load_inventory
+from provisioner.inventory.loader import load_inventory
 
 
 def edit_yaml(path: Path, change: Callable[[dict], object]) -> None:

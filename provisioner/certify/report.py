@@ -12,7 +12,7 @@ from typing import Any
 
 import matplotlib
 
-from provisioner.records import write_private
+from provisioner.ansible.records import write_private
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

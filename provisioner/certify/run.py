@@ -16,15 +16,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from provisioner.ansible.lock import inventory_lock
+from provisioner.ansible.records import make_private
+from provisioner.ansible.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
 from provisioner.certify import bundle, criteria, report
 from provisioner.certify.profiles import ProfileError, Thresholds, durations_s, thresholds
 from provisioner.certify.progress import CertifyProgress
 from provisioner.certify.schedule import Round, base_rounds, estimate_s
 from provisioner.errors import InputError, InputProblem
-from provisioner.inventory import Inventory
-from provisioner.lock import inventory_lock
-from provisioner.records import make_private
-from provisioner.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
+from provisioner.inventory.loader import Inventory
 
 PARTS = ("communication", "training")
 REPEATS = 3

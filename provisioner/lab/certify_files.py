@@ -17,8 +17,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from provisioner.inventory import role_defaults
 from provisioner.lab.engine import EngineError
+from provisioner.paths import role_defaults
 
 NCCL_TESTS_SOURCE = Path(__file__).with_name("nccl-tests-src")
 NCCL_TESTS_TARBALL = "nccl-tests-lab.tar.gz"

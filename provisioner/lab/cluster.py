@@ -20,12 +20,12 @@ from pathlib import Path
 
 import yaml
 
-from provisioner.inventory import PROJECT_ROOT
 from provisioner.lab import certify_files
 from provisioner.lab import state as hw_state
 from provisioner.lab.apt_repo import build_apt_repo, lab_cuda_packages
 from provisioner.lab.engine import EngineError, docker, ensure_engine, host_lacks_sys_resource
 from provisioner.lab.images import NODE_IMAGE, build_node_image
+from provisioner.paths import lab_dir, lab_inventory_dir
 
 LABEL = "provision.lab"
 NETWORK = "provision-lab"
@@ -46,12 +46,6 @@ REPO_OFFSET, CONTROLLER_OFFSET, REPLACEMENT_OFFSET = 2, 3, 100
 FIXED_SUBNET_LABEL = f"{LABEL}.subnet"
 
 
-def lab_dir() -> Path:
-    return Path(os.environ.get("PROVISION_LAB_DIR", PROJECT_ROOT / ".lab"))
-
-
-def lab_inventory_dir() -> Path:
-    return Path(os.environ.get("PROVISION_LAB_INVENTORY", PROJECT_ROOT / "inventory" / "lab"))
 
 
 def gpu_node_name(number: int) -> str:

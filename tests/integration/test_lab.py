@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.ansible.records import read_summary
 from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.images import NODE_IMAGE
 from provisioner.lab.state import update_state
-from provisioner.records import read_summary
 
 from .conftest import LAB_GPUS, LAB_NODES, node_exec
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.ansible.records import read_summary
 from provisioner.cli import main
+from provisioner.facts.nccl_profiles import nccl_assignments
 from provisioner.lab import cluster
 from provisioner.lab.state import update_state
-from provisioner.nccl_profiles import nccl_assignments
-from provisioner.records import read_summary
 
 from .conftest import node_exec
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provisioner.ansible.vault import forget_secrets
 from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import update_state
-from provisioner.vault import forget_secrets
 from tests.helpers import vault_encrypt
 
 from .conftest import LAB_GPUS, monitoring_api, node_exec, wait_for

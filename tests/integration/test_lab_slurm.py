@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provisioner.ansible.records import read_summary
 from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import update_state
-from provisioner.records import read_summary
 
 from .conftest import LAB_GPUS, node_exec, wait_for
 

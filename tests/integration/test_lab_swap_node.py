@@ -43,7 +43,7 @@ def test_bad_requests_are_refused_before_touching_anything(runs: Path, capsys):
     assert main(["replace-node", "gpu09", "--inventory", LAB]) == 2
     assert "gpu09 is not a host of inventory lab" in capsys.readouterr().err
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from provisioner.lock import "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from provisioner.ansible.lock import "
          "inventory_lock\nwith inventory_lock(Path(sys.argv[1]), 'apply'):\n print('held', flush=True); "
          "time.sleep(60)", str(cluster.lab_inventory_dir())], stdout=subprocess.PIPE, text=True)
     try:

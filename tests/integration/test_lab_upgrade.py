@@ -20,7 +20,7 @@ from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.apt_repo import DRIVERS
 from provisioner.lab.state import DEFAULT_DRIVER_VERSION, update_state
-from provisioner.upgrade import out_of_service
+from provisioner.operations.upgrade import out_of_service
 
 from .conftest import LAB_GPUS, LAB_NODES, gpu_nodes_in_service, node_exec, reset_hardware, wait_for
 

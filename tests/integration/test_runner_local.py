@@ -12,11 +12,11 @@ from pathlib import Path
 
 import yaml
 
+from provisioner.ansible.lock import inventory_lock
+from provisioner.ansible.records import read_summary
+from provisioner.ansible.runner import RunRequest, run_playbook
 from provisioner.cli import main
-from provisioner.inventory import load_inventory
-from provisioner.lock import inventory_lock
-from provisioner.records import read_summary
-from provisioner.runner import RunRequest, run_playbook
+from provisioner.inventory.loader import load_inventory
 
 PROBE = Path(__file__).resolve().parent.parent / "playbooks" / "probe.yml"
 SETTINGS = PROBE.with_name("settings.yml")
@@ -186,8 +186,8 @@ def test_check_reports_drift_with_exit_3(tmp_path: Path, capsys):
 INTERRUPTED_RUN = """
 import sys
 from pathlib import Path
-from provisioner.inventory import load_inventory
-from provisioner.runner import RunRequest, run_playbook
+from provisioner.inventory.loader import load_inventory
+from provisioner.ansible.runner import RunRequest, run_playbook
 request = RunRequest(command="apply", playbook=sys.argv[1], inventory=load_inventory(sys.argv[2]),
                      runs_dir=Path(sys.argv[3]))
 sys.exit(run_playbook(request).exit_code)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.inventory import PROJECT_ROOT
+from provisioner.paths import PROJECT_ROOT
 
 PROGRAM = PROJECT_ROOT / "roles" / "slurm" / "files" / "provision-slurm-accounting-dumps"
 

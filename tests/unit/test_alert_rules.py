@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from provisioner.monitoring import dcgm_counter_fields
+from provisioner.facts.monitoring import dcgm_counter_fields
 
 PROJECT = Path(__file__).resolve().parents[2]
 RULES = PROJECT / "roles" / "monitoring" / "files" / "rules" / "gpu-cluster.rules.yml"

@@ -325,7 +325,7 @@ def test_nccl_versions_per_node_from_nccl_tests_and_the_trainer(real_outputs: Pa
 
 
 def test_pip_pins_to_install_reads_pip_list():
-    from provisioner.packages import pip_pins_to_install
+    from provisioner.facts.packages import pip_pins_to_install
 
     listed = json.dumps([{"name": "torch", "version": "2.13.0+cpu"}, {"name": "NumPy", "version": "2.4.5"}])
     assert pip_pins_to_install(["torch==2.13.0", "numpy==2.4.6", "py_spy==1.0"], listed) == [

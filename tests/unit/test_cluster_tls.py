@@ -8,8 +8,8 @@ from pathlib import Path
 import bcrypt
 from cryptography import x509
 
-from provisioner.cluster_tls import ensure_host_certificates
-from provisioner.monitoring import tls_names, web_password_hash
+from provisioner.facts.cluster_tls import ensure_host_certificates
+from provisioner.facts.monitoring import tls_names, web_password_hash
 
 
 def _names(path: Path) -> set[str]:

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from provisioner.cli import main
-from provisioner.cuda_compat import (
+from provisioner.facts.cuda_compat import (
     arch_problem,
     cuda_arch,
     ldd_missing,

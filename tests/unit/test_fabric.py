@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provisioner.fabric import ipoib_problems, port_problems, rdma_devices
+from provisioner.facts.fabric import ipoib_problems, port_problems, rdma_devices
+from provisioner.facts.tables import text_table
 from provisioner.parsers import PARSERS
-from provisioner.tables import text_table
 
 
 def hca(name: str, state="Active", physical="LinkUp", rate=400, layer="InfiniBand", sm_lid=1) -> dict:

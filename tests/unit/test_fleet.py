@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from provisioner.fleet import differences, table
+from provisioner.facts.fleet import differences, table
 
 
 def node(driver="535.161.08", vbios=("96.00.74.00.0D",), hca=None, rdma="44.0-2"):
@@ -82,7 +82,7 @@ def test_records_without_device_counts_count_each_version_once():
 
 
 def test_node_versions_count_gpus_per_vbios_and_hcas_per_firmware(real_outputs):
-    from provisioner.fleet import node_versions
+    from provisioner.facts.fleet import node_versions
 
     smi = (real_outputs / "nvidia-smi" / "nvidia-smi-q_h100x8_535.161.08.txt").read_text()
     odd = smi.replace("96.00.74.00.0D", "96.00.74.00.0E", 1)
@@ -109,7 +109,7 @@ def test_table_lists_host_component_expected_found():
 
 
 def test_packages_to_change_names_missing_and_other_versions_only():
-    from provisioner.packages import packages_to_change
+    from provisioner.facts.packages import packages_to_change
 
     installed = {"slurmd": [{"version": "22.05.8-4+deb12u3"}], "munge": [{"version": "0.5.15-2"}],
                  "nvidia-smi": [{"version": "550.54.15-1"}]}

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provisioner.ansible.vault import forget_secrets
 from provisioner.cli import main
-from provisioner.inventory import load_inventory
-from provisioner.vault import forget_secrets
+from provisioner.inventory.loader import load_inventory
 from tests.helpers import edit_yaml, one_problem, vault_encrypt
 
 

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-import provisioner.replace as replace_module
-from provisioner.inventory import PROJECT_ROOT, Inventory, load_inventory
-from provisioner.records import new_record_dir
-from provisioner.replace import ReplaceRequest, replace_node
-from provisioner.runner import EXIT_INTERRUPTED, EXIT_OK, RunOutcome, RunRequest
-from provisioner.upgrade import UpgradeRequest, upgrade
+import provisioner.operations.replace_node as replace_module
+from provisioner.ansible.records import new_record_dir
+from provisioner.ansible.runner import EXIT_INTERRUPTED, EXIT_OK, RunOutcome, RunRequest
+from provisioner.inventory.loader import Inventory, load_inventory
+from provisioner.operations.replace_node import ReplaceRequest, replace_node
+from provisioner.operations.upgrade import UpgradeRequest, upgrade
+from provisioner.paths import PROJECT_ROOT
 
 
 @pytest.fixture

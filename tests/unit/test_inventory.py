@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from provisioner.cli import main
-from provisioner.inventory import load_inventory
+from provisioner.inventory.loader import load_inventory
 from tests.helpers import edit_yaml, inventory_problems, one_problem
 
 
@@ -253,7 +253,7 @@ def test_alert_receiver_errors_name_the_key_and_never_echo_the_url(example_inven
 
 
 def test_receiver_urls_are_scrubbed_from_run_records():
-    from provisioner.redact import Redactor, secret_values
+    from provisioner.ansible.redact import Redactor, secret_values
 
     hostvars = {"ctl01": {"monitoring_alert_receivers": [
         {"name": "chat", "type": "slack", "url": "https://hooks.slack.example/T0/B0/tok3n", "channel": "#gpu"}]}}
@@ -284,8 +284,8 @@ def test_certify_rejects_unknown_nodes_and_profiles_before_any_host(example_inve
 
 
 def test_event_log_scrubs_secrets_with_quotes_and_non_ascii_characters(tmp_path: Path):
-    from provisioner.records import EventLog
-    from provisioner.redact import Redactor
+    from provisioner.ansible.records import EventLog
+    from provisioner.ansible.redact import Redactor
 
     secrets = ['pa"ss\\wörd-1', "plain-secret"]
     log = EventLog(tmp_path / "events.jsonl", Redactor(secrets))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from provisioner.redact import SECRET_NAME
+from provisioner.ansible.redact import SECRET_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner import monitoring
-from provisioner.fabric import fabric_ports
+from provisioner.facts import monitoring
+from provisioner.facts.fabric import fabric_ports
 from provisioner.parsers import PARSERS
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "monitoring"

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from provisioner.errors import InputError
-from provisioner.inventory import load_inventory
-from provisioner.munge import key_report, munge_key_checksum, munge_key_problem, munge_key_source
+from provisioner.facts.munge import key_report, munge_key_checksum, munge_key_problem, munge_key_source
+from provisioner.inventory.loader import load_inventory
 
 KEY = bytes(range(256)) * 4  # 1024 bytes, munge's largest key
 KEY_B64 = base64.b64encode(KEY).decode()

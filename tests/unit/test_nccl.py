@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from provisioner.nccl_profiles import (
+from provisioner.facts.nccl_profiles import (
     NcclSettingsError,
     ib_hca_setting,
     load_profiles,
     nccl_assignments,
     nccl_environment,
 )
-from provisioner.nccl_variables import KNOWN_NCCL_VARIABLES, render_value, variable_problem
+from provisioner.facts.nccl_variables import KNOWN_NCCL_VARIABLES, render_value, variable_problem
 
 DERIVED = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_SOCKET_IFNAME": "=eth0", "NCCL_TOPO_FILE": ""}
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from provisioner.packages import (
+from provisioner.facts.packages import (
     apt_names,
     as_package_facts,
     dpkg_query_argv,

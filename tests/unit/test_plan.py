@@ -9,7 +9,7 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.errors import InputError
-from provisioner.inventory import load_inventory
+from provisioner.inventory.loader import load_inventory
 from provisioner.plan import formulas, sizing
 from provisioner.plan.models import PRESETS
 from provisioner.plan.run import DoesNotFit, PlanRequest, build, default_global_batch, parse_count, plan

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.records import EventLog, make_private, new_record_dir, write_summary
-from provisioner.redact import MASK, Redactor, secret_values
-from provisioner.vault import forget_secrets
-from provisioner.yaml_source import VaultValue
+from provisioner.ansible.records import EventLog, make_private, new_record_dir, write_summary
+from provisioner.ansible.redact import MASK, Redactor, secret_values
+from provisioner.ansible.vault import forget_secrets
+from provisioner.inventory.yaml_source import VaultValue
 from tests.helpers import vault_encrypt
 
 PASSWORD = "correct horse battery staple"

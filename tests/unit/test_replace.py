@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.ansible.known_hosts import known_hosts_file
+from provisioner.ansible.ledger import node_history
+from provisioner.ansible.lock import inventory_lock
 from provisioner.cli import main
 from provisioner.errors import InputError, LockHeldError
-from provisioner.inventory import PROJECT_ROOT, load_inventory
-from provisioner.known_hosts import known_hosts_file
-from provisioner.ledger import node_history
-from provisioner.lock import inventory_lock
+from provisioner.inventory.loader import load_inventory
+from provisioner.paths import PROJECT_ROOT
 
 
 def _record(runs: Path, name: str, summary: dict | None = None, certification: dict | None = None) -> None:
@@ -67,7 +68,7 @@ def test_a_command_covers_its_own_runs_and_the_lock_refuses_everyone_else(tmp_pa
         pass
     with inventory_lock(tmp_path, "replace-node", covers_nested=True), inventory_lock(tmp_path, "drain"):
         other = subprocess.run(
-            [sys.executable, "-c", "import sys; from pathlib import Path; from provisioner.lock import "
+            [sys.executable, "-c", "import sys; from pathlib import Path; from provisioner.ansible.lock import "
              "inventory_lock\ntry:\n with inventory_lock(Path(sys.argv[1]), 'apply'): print('got it')\n"
              "except Exception as e: print(type(e).__name__, e)", str(tmp_path)],
             capture_output=True, text=True, check=True)
@@ -75,7 +76,8 @@ def test_a_command_covers_its_own_runs_and_the_lock_refuses_everyone_else(tmp_pa
     with pytest.raises(RuntimeError), inventory_lock(tmp_path, "apply"):
         raise RuntimeError("a failed step")
     released = subprocess.run(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from provisioner.lock import inventory_lock\n"
+        [sys.executable, "-c", "import sys; from pathlib import Path\n"
+         "from provisioner.ansible.lock import inventory_lock\n"
          "with inventory_lock(Path(sys.argv[1]), 'apply'): print('got it')", str(tmp_path)],
         capture_output=True, text=True, check=True)
     assert released.stdout.strip() == "got it"
@@ -83,8 +85,8 @@ def test_a_command_covers_its_own_runs_and_the_lock_refuses_everyone_else(tmp_pa
 
 def test_any_host_can_be_replaced_and_its_roles_are_recorded():
     from provisioner.errors import InputError
-    from provisioner.inventory import load_inventory
-    from provisioner.replace import check_host, host_roles
+    from provisioner.inventory.loader import load_inventory
+    from provisioner.operations.replace_node import check_host, host_roles
 
     inventory = load_inventory("example")
     check_host(inventory, "ctl01")
@@ -101,7 +103,7 @@ def test_any_host_can_be_replaced_and_its_roles_are_recorded():
     ("allocated+", True), ("drained*", False),
 ])
 def test_a_rebuilt_controller_checks_every_gpu_node_settled(state: str, settled: bool):
-    from provisioner.replace import _settled
+    from provisioner.operations.replace_node import _settled
 
     assert _settled(state) is settled
 
@@ -148,7 +150,7 @@ def test_certify_holds_the_lock_through_its_drain(example_inventory: Path, monke
 
     def locked(request, console):
         probe = subprocess.run(
-            [sys.executable, "-c", "import sys; from pathlib import Path; from provisioner.lock import "
+            [sys.executable, "-c", "import sys; from pathlib import Path; from provisioner.ansible.lock import "
              "inventory_lock\ntry:\n with inventory_lock(Path(sys.argv[1]), 'apply'): print('got it')\n"
              "except Exception as e: print(type(e).__name__)", str(example_inventory)],
             capture_output=True, text=True, cwd=PROJECT_ROOT)
@@ -164,7 +166,7 @@ def test_certify_holds_the_lock_through_its_drain(example_inventory: Path, monke
 
 
 def test_a_host_key_is_chosen_only_by_its_exact_fingerprint(tmp_path: Path):
-    from provisioner import known_hosts
+    from provisioner.ansible import known_hosts
 
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "host")], check=True)
     public = " ".join((tmp_path / "host.pub").read_text().split()[:2])

@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from provisioner.progress import Progress, recap_table
-from provisioner.run_state import RunState, summarize_diff
+from provisioner.ansible.progress import Progress, recap_table
+from provisioner.ansible.run_state import RunState, summarize_diff
 
 
 def _events() -> list[dict]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.slurm_config import (
+from provisioner.facts.slurm_config import (
     SlurmConfigError,
     gres_type,
     node_line,

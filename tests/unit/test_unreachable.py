@@ -14,12 +14,13 @@ import pytest
 import yaml
 from rich.console import Console
 
-import provisioner.replace as replace_module
-from provisioner.inventory import PROJECT_ROOT, Inventory, load_inventory
-from provisioner.records import SUMMARY, new_record_dir
-from provisioner.replace import StepFailed, handed_playbook
-from provisioner.runner import EXIT_FAILED, EXIT_OK, RunOutcome, RunRequest
-from provisioner.upgrade import UpgradeRequest, upgrade
+import provisioner.operations.replace_node as replace_module
+from provisioner.ansible.records import SUMMARY, new_record_dir
+from provisioner.ansible.runner import EXIT_FAILED, EXIT_OK, RunOutcome, RunRequest
+from provisioner.inventory.loader import Inventory, load_inventory
+from provisioner.operations.replace_node import StepFailed, handed_playbook
+from provisioner.operations.upgrade import UpgradeRequest, upgrade
+from provisioner.paths import PROJECT_ROOT
 
 ANSWERING = ["gpu01", "gpu02"]
 DEAD = "gpu03"

@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from provisioner.errors import InputError
-from provisioner.fleet import version_changes
-from provisioner.upgrade import batch_size, next_batch, out_of_service, parse_reasons, plan_nodes, unavailable
+from provisioner.facts.fleet import version_changes
+from provisioner.operations.upgrade import (
+    batch_size,
+    next_batch,
+    out_of_service,
+    parse_reasons,
+    plan_nodes,
+    unavailable,
+)
 
 NODES = ["gpu01", "gpu02", "gpu03", "gpu04"]
 

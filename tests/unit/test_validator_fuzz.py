@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from provisioner.cli import main
-from provisioner.inventory import PROJECT_ROOT
+from provisioner.paths import PROJECT_ROOT
 
 CASES = 1200
 SEED = 20261207

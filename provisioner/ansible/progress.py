@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from provisioner.run_state import RunState
+from provisioner.ansible.run_state import RunState
 
 
 class Progress:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from provisioner.nccl_variables import render_value, variable_problem
+from provisioner.facts.nccl_variables import render_value, variable_problem
+from provisioner.paths import PROJECT_ROOT
 
 PROFILES_FILE = "roles/nccl/vars/main.yml"
 
@@ -19,8 +20,6 @@ PROFILES_FILE = "roles/nccl/vars/main.yml"
 def load_profiles() -> dict[str, dict[str, Any]]:
     """The role's `_nccl_profiles`, by fabric."""
     import yaml
-
-    from provisioner.inventory import PROJECT_ROOT
 
     document = yaml.safe_load((PROJECT_ROOT / PROFILES_FILE).read_text(encoding="utf-8"))
     return document["_nccl_profiles"]

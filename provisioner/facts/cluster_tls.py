@@ -1,6 +1,6 @@
 """The monitoring endpoints' TLS: a cluster CA the control node keeps, and a certificate per host.
 
-`python -m provisioner.cluster_tls DIRECTORY CLUSTER` reads {host: [addresses]} as JSON on
+`python -m provisioner.facts.cluster_tls DIRECTORY CLUSTER` reads {host: [addresses]} as JSON on
 standard input and makes sure DIRECTORY holds the CA (ca.crt, ca.key) and, for every host, a key
 and a certificate signed by that CA naming the host and its addresses; existing ones are kept while
 valid for 30 more days with the same names. Prints {"changed": [...hosts]} as JSON. One run
@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from provisioner.records import write_private
+from provisioner.ansible.records import write_private
 
 CA_DAYS = 3650
 HOST_DAYS = 825

@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
+from provisioner.ansible.vault import decrypt, is_vault_text
 from provisioner.errors import InputError, InputProblem
-from provisioner.vault import decrypt, is_vault_text
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64

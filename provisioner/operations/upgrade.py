@@ -25,14 +25,15 @@ from typing import Any
 
 from rich.console import Console
 
+from provisioner.ansible.ledger import node_history
+from provisioner.ansible.lock import inventory_lock
+from provisioner.ansible.records import new_record_dir, read_summary, write_private
+from provisioner.ansible.runner import EXIT_FAILED, EXIT_OK
 from provisioner.certify.jobs import node_states
 from provisioner.errors import InputError, InputProblem
-from provisioner.fleet import table as fleet_table
-from provisioner.inventory import Inventory
-from provisioner.ledger import node_history
-from provisioner.lock import inventory_lock
-from provisioner.records import new_record_dir, read_summary, write_private
-from provisioner.replace import (
+from provisioner.facts.fleet import table as fleet_table
+from provisioner.inventory.loader import Inventory
+from provisioner.operations.replace_node import (
     REASON_LIMIT,
     FleetRead,
     StepFailed,
@@ -49,7 +50,6 @@ from provisioner.replace import (
     step_result,
     wait_for_idle,
 )
-from provisioner.runner import EXIT_FAILED, EXIT_OK
 
 REASON_PREFIX = "upgrade:"
 # sinfo %T states (flags stripped) of a node that is out of service.

@@ -17,14 +17,14 @@ from typing import Any
 import ansible_runner
 from rich.console import Console
 
-from provisioner.inventory import PROJECT_ROOT, Inventory
-from provisioner.lock import inventory_lock
-from provisioner.progress import Progress, changes_table, failure_details, recap_table
-from provisioner.records import EVENTS, EventLog, make_private, new_record_dir, write_summary
-from provisioner.redact import Redactor, secret_values
-from provisioner.run_state import RunState
+from provisioner.ansible.lock import inventory_lock
+from provisioner.ansible.progress import Progress, changes_table, failure_details, recap_table
+from provisioner.ansible.records import EVENTS, EventLog, make_private, new_record_dir, write_summary
+from provisioner.ansible.redact import Redactor, secret_values
+from provisioner.ansible.run_state import RunState
+from provisioner.inventory.loader import Inventory
+from provisioner.paths import ANSIBLE_CONFIG, CALLBACK_PLUGINS_DIR, PLAYBOOKS_DIR, ROLES_DIR
 
-PLAYBOOKS = PROJECT_ROOT / "playbooks"
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
@@ -82,11 +82,11 @@ def ansible_environment() -> dict[str, str]:
     it on (as ansible.cfg says) unless the operator's own environment turns it off."""
     bin_dir = str(Path(sys.executable).parent)
     return {
-        "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
-        "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles"),
+        "ANSIBLE_CONFIG": str(ANSIBLE_CONFIG),
+        "ANSIBLE_ROLES_PATH": str(ROLES_DIR),
         # Named here as well as in ansible.cfg: ansible-runner sets this variable (adding its
         # own callback), which would hide the config file's value.
-        "ANSIBLE_CALLBACK_PLUGINS": str(PROJECT_ROOT / "callback_plugins"),
+        "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACK_PLUGINS_DIR),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING") or "True",
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
@@ -96,7 +96,7 @@ def ansible_environment() -> dict[str, str]:
 
 def _playbook_path(name: str) -> Path:
     path = Path(name)
-    return path if path.is_absolute() else PLAYBOOKS / name
+    return path if path.is_absolute() else PLAYBOOKS_DIR / name
 
 
 def _cmdline(request: RunRequest) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from provisioner.tables import text_table
+from provisioner.facts.tables import text_table
 
 # Components compared across the fleet: facts key -> (label, pin key)
 SCALAR_COMPONENTS = {

@@ -8,15 +8,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from provisioner.inventory import PROJECT_ROOT
-from provisioner.redact import Redactor
+from provisioner.ansible.redact import Redactor
 
 SUMMARY = "summary.json"
 EVENTS = "events.jsonl"
 
 
-def runs_dir(override: str | None = None) -> Path:
-    return Path(override or os.environ.get("PROVISION_RUNS_DIR") or PROJECT_ROOT / "runs")
 
 
 def new_record_dir(base: Path, command: str) -> Path:

@@ -21,15 +21,15 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
-from provisioner import known_hosts
+from provisioner.ansible import known_hosts
+from provisioner.ansible.lock import inventory_lock
+from provisioner.ansible.records import new_record_dir, write_private
+from provisioner.ansible.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
 from provisioner.certify.jobs import busy_nodes, node_states
 from provisioner.certify.run import CertifyRequest, run_certification
 from provisioner.errors import InputError, InputProblem
-from provisioner.fleet import table as fleet_table
-from provisioner.inventory import Inventory
-from provisioner.lock import inventory_lock
-from provisioner.records import new_record_dir, write_private
-from provisioner.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
+from provisioner.facts.fleet import table as fleet_table
+from provisioner.inventory.loader import Inventory
 
 REASON_LIMIT = 120
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from provisioner.vault import decrypt
-from provisioner.yaml_source import VaultValue
+from provisioner.ansible.vault import decrypt
+from provisioner.inventory.yaml_source import VaultValue
 
 MASK = "********"
 SECRET_NAME = re.compile(r"(password|passwd|passphrase|secret|token|api_key|apikey|munge_key|private_key$|"

@@ -14,19 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from provisioner.cuda_compat import torch_driver_problem
+from provisioner.ansible.redact import SECRET_KEYS_WITHIN, SECRET_NAME
+from provisioner.ansible.vault import is_vault_file
 from provisioner.errors import InputError, InputProblem
-from provisioner.munge import munge_key_problem
-from provisioner.nccl_profiles import load_profiles
-from provisioner.nccl_variables import variable_problem
-from provisioner.redact import SECRET_KEYS_WITHIN, SECRET_NAME
-from provisioner.vault import is_vault_file
-from provisioner.yaml_source import EncryptedFile, VaultValue, load_yaml
+from provisioner.facts.cuda_compat import torch_driver_problem
+from provisioner.facts.munge import munge_key_problem
+from provisioner.facts.nccl_profiles import load_profiles
+from provisioner.facts.nccl_variables import variable_problem
+from provisioner.inventory.yaml_source import EncryptedFile, VaultValue, load_yaml
+from provisioner.paths import INVENTORIES_DIR, role_defaults
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_GROUPS = ("controller", "gpu_nodes", "monitoring")
 OPTIONAL_GROUPS = ("login", "subnet_managers")
 KNOWN_GROUPS = REQUIRED_GROUPS + OPTIONAL_GROUPS
@@ -176,7 +175,7 @@ class Inventory:
 def resolve_inventory_dir(name_or_path: str) -> Path:
     """`prod` means `inventory/prod/` of the project; an existing path is taken as it is."""
     candidate = Path(name_or_path)
-    project_dir = PROJECT_ROOT / "inventory" / name_or_path
+    project_dir = INVENTORIES_DIR / name_or_path
     try:
         if candidate.is_file():
             return candidate.parent
@@ -725,10 +724,6 @@ def _check_addresses(hostvars: dict[str, dict[str, Defined]], reader: _Reader) -
                            f"{other!r}", defined.file)
 
 
-def role_defaults(role: str) -> dict[str, Any]:
-    """A role's defaults as written (templated values stay templates): what an inventory that
-    sets none of them gets, e.g. the certification role's pins."""
-    return yaml.safe_load((PROJECT_ROOT / "roles" / role / "defaults/main.yml").read_text())
 
 
 def _check_torch_driver(gpu_nodes: list[str], merged: dict[str, dict[str, Defined]], reader: _Reader) -> None:

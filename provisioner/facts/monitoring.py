@@ -14,7 +14,7 @@ from typing import Any
 
 import bcrypt
 
-from provisioner import slurm_config
+from provisioner.facts import slurm_config
 from provisioner.parsers import parse_dcgm_metrics
 
 # Panel sizes on Grafana's 24-column grid.

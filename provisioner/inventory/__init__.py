@@ -1,0 +1,1 @@
+"""The inventory: reading it safely, the model, and its validation."""
