@@ -22,7 +22,7 @@ from provisioner.facts import (
     slurm_config,
     tables,
 )
-from provisioner.parsers import PARSERS, ParseError, parse_nvidia_smi_csv
+from provisioner.parsers import PARSERS, ParseError, parse_nvidia_smi_csv, slurm
 
 
 def parse_tool_output(text: str, kind: str) -> dict[str, Any]:
@@ -104,11 +104,11 @@ def slurm_gres_type(gpu_model: str) -> str:
 
 
 def slurm_node_states(sinfo: str) -> dict[str, dict[str, str]]:
-    return slurm_config.node_states(sinfo)
+    return slurm.node_details(sinfo)
 
 
 def slurm_unsettled_nodes(sinfo: str, nodes: list[str]) -> list[str]:
-    return slurm_config.unsettled_nodes(sinfo, list(nodes))
+    return slurm.unsettled_nodes(sinfo, list(nodes))
 
 
 def fabric_ports(ibstat: dict[str, Any], fabric_kind: str, names: list[str] | None = None) -> list[dict[str, str]]:

@@ -39,3 +39,24 @@ def vault_encrypt(text: str, password: str) -> str:
     """`text` encrypted as ansible-vault writes it, with the default vault id."""
     secret = VaultSecret(password.encode())
     return VaultLib([("default", secret)]).encrypt(text, secret).decode()
+
+
+def last_record(runs: Path, command: str | None = None) -> Path:
+    """The newest run record in `runs` (of `command`, e.g. "certify" or "upgrade-steps", if given)."""
+    records = sorted(p for p in runs.iterdir() if command is None or p.name.endswith(f"-{command}"))
+    assert records, f"no {command or ''} run record in {runs}"
+    return records[-1]
+
+
+def last_summary(runs: Path) -> dict:
+    """The summary of the newest run record in `runs`."""
+    from provisioner.ansible.records import read_summary
+
+    return read_summary(last_record(runs))
+
+
+def last_document(runs: Path, command: str, name: str) -> dict:
+    """A JSON document (certification.json, replace-node.json, upgrade.json) of the newest record of command."""
+    import json
+
+    return json.loads((last_record(runs, command) / name).read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1]
 MODULES = ("certify/driver.py", "certify/schedule.py", "certify/outputs.py", "parsers/common.py",
-           "parsers/nccl_tests.py")
+           "parsers/nccl_tests.py", "parsers/slurm.py")
 # Package markers only: the real ones import what the controller does not have.
 PACKAGES = ("", "certify/", "parsers/")
 MAIN = "import sys\nfrom provisioner.certify.driver import main\nsys.exit(main())\n"

@@ -39,6 +39,7 @@ from provisioner.certify.schedule import (
     Scheduler,
     base_rounds,
 )
+from provisioner.parsers import slurm
 
 LAUNCHER = "/usr/local/sbin/provision-certify-launch"
 JOB_NAME_PREFIX = "provision-certify"
@@ -80,15 +81,6 @@ def srun_argv(job: Job, settings: dict[str, Any], name: str, node_cpus: dict[str
         argv.append(f"--reservation={settings['reservation']}")
     return [*argv, settings.get("launcher", LAUNCHER), job.instrument, *job.args]
 
-
-def node_cpus_from_sinfo(text: str) -> dict[str, int]:
-    """CPUs per node from `sinfo --Node --noheader --format '%N %c'` (a line per partition)."""
-    cpus: dict[str, int] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) >= 2 and fields[1].isdigit():
-            cpus[fields[0]] = int(fields[1])
-    return cpus
 
 
 @dataclass
@@ -150,10 +142,10 @@ class Driver:
     # ---- Slurm -------------------------------------------------------------------------
     def read_node_cpus(self) -> None:
         try:
-            done = subprocess.run(["sinfo", "--Node", "--noheader", "--format", "%N %c", "--nodes",
+            done = subprocess.run(["sinfo", "--Node", "--noheader", "--format", "%N|%c", "--nodes",
                                    ",".join(self.plan.nodes)], capture_output=True, text=True, timeout=120,
                                   check=False)
-            self.node_cpus = node_cpus_from_sinfo(done.stdout)
+            self.node_cpus = slurm.node_cpus(done.stdout)
         except (OSError, subprocess.TimeoutExpired):
             self.node_cpus = {}
 

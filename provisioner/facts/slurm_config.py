@@ -97,24 +97,3 @@ def node_line_from_hostvars(name: str, hostvars: Any, reserve_percent: float, cu
                      gres_type(str(host.get("gpu_model") or "gpu")), int(host.get("gpu_count") or 0))
 
 
-def node_states(sinfo: str) -> dict[str, dict[str, str]]:
-    """`sinfo --noheader --Node --format '%N|%T|%G|%E'` as node -> {state, gres, reason}.
-
-    A node in several partitions is listed once per partition; the lines agree."""
-    nodes: dict[str, dict[str, str]] = {}
-    for line in sinfo.splitlines():
-        fields = line.strip().split("|")
-        if len(fields) < 4 or not fields[0]:
-            continue
-        name, state, gres, reason = fields[0], fields[1], fields[2], "|".join(fields[3:])
-        nodes[name] = {"state": state, "gres": gres, "reason": reason.strip()}
-    return nodes
-
-
-SETTLED_STATES = ("idle", "mixed", "allocated", "completing", "drained", "draining")
-
-
-def unsettled_nodes(sinfo: str, nodes: list[str]) -> list[str]:
-    """The nodes of `nodes` that slurmctld does not list yet, or lists as not responding."""
-    states = node_states(sinfo)
-    return [node for node in nodes if states.get(node, {}).get("state") not in SETTLED_STATES]

@@ -25,11 +25,12 @@ from provisioner.ansible import known_hosts
 from provisioner.ansible.lock import inventory_lock
 from provisioner.ansible.records import new_record_dir, write_private
 from provisioner.ansible.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
-from provisioner.certify.jobs import busy_nodes, node_states
+from provisioner.certify.jobs import busy_nodes
 from provisioner.certify.run import CertifyRequest, run_certification
 from provisioner.errors import InputError, InputProblem
 from provisioner.facts.fleet import table as fleet_table
 from provisioner.inventory.loader import Inventory
+from provisioner.parsers import slurm
 
 REASON_LIMIT = 120
 
@@ -260,8 +261,7 @@ def check_in_service(node: str, states: dict[str, set[str]], step: StepRecord) -
     """After a resume: the node is known to Slurm and neither drained, down, failing nor reserved."""
     seen = sorted(states.get(node, set()))
     step.evidence["states"] = seen
-    held = [state for state in seen if any(word in state for word in ("drain", "down", "fail", "maint", "resv"))]
-    if not seen or held:
+    if not slurm.in_service(set(seen)):
         raise StepFailed(f"not in service after the resume: {', '.join(seen) or 'unknown to Slurm'}")
 
 
@@ -295,7 +295,7 @@ def _slurm_node_states(request: ReplaceRequest, console: Console) -> tuple[dict[
     """Every node's Slurm states, read on the controller, and the run record of that read."""
     handed, record = handed_playbook(request, console, "replace-node-states", "slurm_states.yml",
                                      "_states_output", {})
-    return node_states(handed["sinfo"]), record
+    return slurm.node_states(handed["sinfo"]), record
 
 
 def _resume(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
@@ -337,15 +337,6 @@ def _build(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
         raise
 
 
-SETTLED_STATES = ("idle", "mixed", "allocated", "completing", "drained", "draining", "reserved", "planned")
-
-
-def _settled(state: str) -> bool:
-    """A node state from `sinfo %T` that Slurm holds on purpose ("idle", "drained", ...), not
-    down, failing or not responding (a trailing "*")."""
-    base = state.rstrip("*~#!%$@^-+")
-    return base in SETTLED_STATES and "*" not in state[len(base):]
-
 
 def _check_cluster(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
     """After a service machine's rebuild: Slurm answers and no GPU node is down or unreachable
@@ -356,7 +347,7 @@ def _check_cluster(request: ReplaceRequest, console: Console, step: StepRecord) 
     gpu_nodes = request.inventory.group("gpu_nodes")
     missing = [node for node in gpu_nodes if node not in states]
     unsettled = [f"{node} {state}" for node in gpu_nodes for state in sorted(states.get(node, ()))
-                 if not _settled(state)]
+                 if not slurm.settled(state)]
     if missing or unsettled:
         raise StepFailed("GPU nodes not in service after the rebuild: "
                          + ", ".join(unsettled + [f"{node} unknown to Slurm" for node in missing]))

@@ -29,7 +29,6 @@ from provisioner.ansible.ledger import node_history
 from provisioner.ansible.lock import inventory_lock
 from provisioner.ansible.records import new_record_dir, read_summary, write_private
 from provisioner.ansible.runner import EXIT_FAILED, EXIT_OK
-from provisioner.certify.jobs import node_states
 from provisioner.errors import InputError, InputProblem
 from provisioner.facts.fleet import table as fleet_table
 from provisioner.inventory.loader import Inventory
@@ -50,10 +49,9 @@ from provisioner.operations.replace_node import (
     step_result,
     wait_for_idle,
 )
+from provisioner.parsers import slurm
 
 REASON_PREFIX = "upgrade:"
-# sinfo %T states (flags stripped) of a node that is out of service.
-OUT_OF_SERVICE = ("drain", "down", "fail", "reboot", "power", "unknown", "no_respond", "future")
 
 
 @dataclass
@@ -110,28 +108,6 @@ def check_request(request: UpgradeRequest) -> list[str]:
     return [node for node in gpu_nodes if not request.nodes or node in request.nodes]
 
 
-def parse_reasons(text: str) -> dict[str, str]:
-    """Each node's reason from `sinfo --Node --noheader --format "%N|%E"` ("none" becomes "")."""
-    reasons: dict[str, str] = {}
-    for line in text.splitlines():
-        node, _, reason = line.partition("|")
-        if node.strip():
-            reason = reason.strip()
-            reasons[node.strip()] = "" if reason == "none" else reason
-    return reasons
-
-
-def out_of_service(states: dict[str, set[str]], nodes: list[str]) -> list[str]:
-    """The nodes Slurm does not schedule on: drained or draining, down, failing, rebooting,
-    powered off, not responding (a trailing "*") or unknown to it."""
-    out = []
-    for node in nodes:
-        seen = states.get(node)
-        if not seen or any(state.endswith("*") or state.rstrip("*~#!%$@^-+").startswith(OUT_OF_SERVICE)
-                           for state in seen):
-            out.append(node)
-    return out
-
 
 @dataclass
 class Plan:
@@ -142,7 +118,7 @@ class Plan:
 def unavailable(states: dict[str, set[str]], nodes: list[str], unreachable: Collection[str]) -> list[str]:
     """The nodes out of service in Slurm, and those that did not answer over SSH (Slurm may not
     have noticed yet): the nodes that count against --max-unavailable."""
-    out = set(out_of_service(states, nodes)) | set(unreachable)
+    out = set(slurm.nodes_out_of_service(states, nodes)) | set(unreachable)
     return [node for node in nodes if node in out]
 
 
@@ -154,7 +130,7 @@ def plan_nodes(nodes: list[str], states: dict[str, set[str]], reasons: dict[str,
     for another reason (left alone), and nodes already at the pins and certified since their
     last change."""
     ours = [node for node in nodes if reasons.get(node, "").startswith(REASON_PREFIX) and node not in unreachable]
-    out = set(out_of_service(states, nodes))
+    out = set(slurm.nodes_out_of_service(states, nodes))
     todo, skipped = list(ours), {}
     for node in nodes:
         if node in ours:
@@ -203,7 +179,7 @@ class _Rollout:
     def cluster(self) -> tuple[dict[str, set[str]], dict[str, str]]:
         handed, _ = handed_playbook(self.request, self.console, "upgrade-states", "slurm_states.yml",
                                     "_states_output", {})
-        return node_states(handed["sinfo"]), parse_reasons(handed.get("reasons", ""))
+        return slurm.node_states(handed["sinfo"]), slurm.node_reasons(handed.get("reasons", ""))
 
     def fleet(self) -> FleetRead:
         return read_fleet(self.request, self.console, "upgrade-versions")

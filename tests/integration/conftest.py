@@ -17,6 +17,7 @@ import yaml
 from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import default_node_state, write_state
+from provisioner.parsers import slurm
 
 LAB_NODES = 2
 LAB_GPUS = 8
@@ -62,13 +63,14 @@ def healthy_lab(provisioned_lab: dict[str, str]):
     reset_hardware()
 
 
-# Slurm states of a node taken out of service (by a drain, a failure or an unanswered ping).
-OUT_OF_SERVICE = ("drain", "down", "fail")
+def sinfo_node(node: str, fields: str = "%T|%E") -> str:
+    """The node's line of `sinfo --Node --format fields` on the controller: by default its state
+    and reason ("idle|none", "drained|replace-node: build: ...", "down*|Not responding")."""
+    return node_exec("ctl01", "sinfo", "--noheader", "--Node", "--nodes", node, "--format", fields).stdout.strip()
 
 
-def gpu_node_state(node: str) -> str:
-    """The node's Slurm state as `sinfo %T` prints it ("idle", "drained", "down*", ...)."""
-    return node_exec("ctl01", "sinfo", "--noheader", "--Node", "--nodes", node, "--format", "%T").stdout.strip()
+def gpu_node_out_of_service(node: str) -> bool:
+    return any(slurm.out_of_service(state) for state in sinfo_node(node, "%T").split())
 
 
 def gpu_nodes_in_service() -> None:
@@ -77,10 +79,17 @@ def gpu_nodes_in_service() -> None:
     drained (replace-node and certify drain the nodes they fail, on purpose)."""
     for number in range(1, LAB_NODES + 1):
         node = cluster.gpu_node_name(number)
-        if any(word in gpu_node_state(node) for word in OUT_OF_SERVICE):
+        if gpu_node_out_of_service(node):
             node_exec("ctl01", "scontrol", "update", f"nodename={node}", "state=resume")
-            wait_for(lambda node=node: not any(word in gpu_node_state(node) for word in OUT_OF_SERVICE), 60,
+            wait_for(lambda node=node: not gpu_node_out_of_service(node), 60,
                      f"{node} back in service")
+
+
+@pytest.fixture
+def runs(provisioned_lab, tmp_path):
+    """The test's run records folder ($PROVISION_RUNS_DIR), on a lab whose GPU nodes are in service."""
+    gpu_nodes_in_service()
+    return tmp_path / "runs"
 
 
 def node_exec(node: str, *command: str) -> subprocess.CompletedProcess[str]:

@@ -9,20 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.ansible.records import read_summary
 from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.images import NODE_IMAGE
 from provisioner.lab.state import update_state
+from tests.helpers import last_summary
 
 from .conftest import LAB_GPUS, LAB_NODES, node_exec
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
-
-
-def last_summary(tmp_path: Path) -> dict:
-    return read_summary(sorted((tmp_path / "runs").iterdir())[-1])
 
 
 def events_of(tmp_path: Path) -> list[dict]:
@@ -136,11 +132,11 @@ def test_nvidia_smi_reports_the_installed_package_version(provisioned_lab):
 
 def test_apply_succeeds_and_a_second_apply_changes_nothing(healthy_lab, tmp_path: Path):
     assert main(["apply", "--inventory", LAB]) == 0
-    first = last_summary(tmp_path)
+    first = last_summary(tmp_path / "runs")
     assert set(first["hosts"]) == {"ctl01", "gpu01", "gpu02"}
     assert first["phases"]["preflight"]["tasks"] > 10
     assert main(["apply", "--inventory", LAB]) == 0
-    second = last_summary(tmp_path)
+    second = last_summary(tmp_path / "runs")
     assert second["totals"]["changed"] == 0 and second["totals"]["ok"] == 3
     fact = json.loads(node_exec("gpu01", "cat", "/etc/ansible/facts.d/provision_host.fact").stdout)
     assert fact["gpus"] == {"expected": LAB_GPUS, "model": "H100-SXM5-80GB"}
@@ -160,7 +156,7 @@ def test_become_is_used_over_an_unprivileged_ssh_user(provisioned_lab, tmp_path:
 
 def test_limited_run_still_gathers_facts_from_every_host(provisioned_lab, tmp_path: Path):
     assert main(["apply", "--inventory", LAB, "--limit", "gpu01", "--tags", "preflight"]) == 0
-    summary = last_summary(tmp_path)
+    summary = last_summary(tmp_path / "runs")
     assert set(summary["hosts"]) == {"gpu01"}
     gathered = {
         event["event_data"]["res"]["item"]
@@ -175,7 +171,7 @@ def test_limited_run_still_gathers_facts_from_every_host(provisioned_lab, tmp_pa
 def test_missing_gpu_fails_that_node_only_and_retry_failed_reruns_it(healthy_lab, tmp_path: Path):
     update_state(cluster.node_hw_dir("gpu02"), lambda state: state["gpus"].pop())
     assert main(["apply", "--inventory", LAB, "--tags", "preflight"]) == 1
-    summary = last_summary(tmp_path)
+    summary = last_summary(tmp_path / "runs")
     assert summary["hosts_failed"] == ["gpu02"]
     assert summary["hosts"]["gpu01"]["status"] == "ok" and summary["hosts"]["ctl01"]["status"] == "ok"
     message = summary["hosts"]["gpu02"]["failures"][0]["message"]
@@ -183,7 +179,7 @@ def test_missing_gpu_fails_that_node_only_and_retry_failed_reruns_it(healthy_lab
 
     update_state(cluster.node_hw_dir("gpu02"), lambda state: state["gpus"].append(dict(state["gpus"][0], index=7)))
     assert main(["apply", "--inventory", LAB, "--retry-failed", "--tags", "preflight"]) == 0
-    retry = last_summary(tmp_path)
+    retry = last_summary(tmp_path / "runs")
     assert retry["limit"] == "gpu02" and set(retry["hosts"]) == {"gpu02"}
 
 
@@ -192,7 +188,7 @@ def test_unreachable_node_is_named_and_the_others_complete(provisioned_lab, tmp_
                    capture_output=True)
     try:
         assert main(["apply", "--inventory", LAB, "--tags", "preflight"]) == 1
-        summary = last_summary(tmp_path)
+        summary = last_summary(tmp_path / "runs")
         assert summary["hosts_unreachable"] == ["gpu02"]
         assert summary["hosts"]["gpu01"]["status"] == "ok" and summary["hosts"]["ctl01"]["status"] == "ok"
         assert summary["hosts"]["gpu02"]["failures"][0]["message"]
@@ -206,7 +202,7 @@ def test_check_finds_no_drift_after_apply_then_names_a_drifted_node(provisioned_
     node_exec("gpu01", "sh", "-c", "echo '{}' > /etc/ansible/facts.d/provision_host.fact")
     capsys.readouterr()
     assert main(["check", "--inventory", LAB, "--tags", "preflight"]) == 3
-    summary = last_summary(tmp_path)
+    summary = last_summary(tmp_path / "runs")
     assert {change["host"] for change in summary["changes"]} == {"gpu01"}
     assert "gpu01" in capsys.readouterr().out.split("what would change")[1]
     assert main(["apply", "--inventory", LAB, "--tags", "preflight"]) == 0
@@ -226,7 +222,7 @@ def _hca_firmware(node: str, version: str, image: str | None = None):
 def test_node_with_other_hca_firmware_fails_naming_it_and_both_versions(healthy_lab, tmp_path: Path, capsys):
     _hca_firmware("gpu02", "28.37.1014")
     assert main(["apply", "--inventory", LAB, "--tags", "firmware"]) == 1
-    summary = last_summary(tmp_path)
+    summary = last_summary(tmp_path / "runs")
     assert summary["hosts_failed"] == ["gpu02"]
     assert summary["hosts"]["gpu01"]["status"] == "ok"
     failure = summary["hosts"]["gpu02"]["failures"][0]
@@ -248,7 +244,7 @@ def test_allowed_firmware_update_brings_the_node_in_line(healthy_lab, tmp_path: 
         host_vars.rmdir()
     query = node_exec("gpu02", "mlxfwmanager", "--query").stdout
     assert "28.37.1014" not in query and "Update required" not in query
-    assert last_summary(tmp_path)["recorded"]["provision_versions"]["gpu02"]["hca_firmware"] == {
+    assert last_summary(tmp_path / "runs")["recorded"]["provision_versions"]["gpu02"]["hca_firmware"] == {
         "MT_0000000838": ["28.39.1002"]}
 
 
@@ -256,7 +252,7 @@ def test_check_reports_firmware_that_moved_since_the_apply(healthy_lab, tmp_path
     assert main(["apply", "--inventory", LAB, "--tags", "firmware"]) == 0
     _hca_firmware("gpu01", "28.40.1000", image="28.40.1000")  # updated out of band
     assert main(["check", "--inventory", LAB, "--tags", "firmware"]) == 1
-    summary = last_summary(tmp_path)
+    summary = last_summary(tmp_path / "runs")
     assert summary["hosts_failed"] == ["gpu01"]
     assert "28.40.1000" in summary["hosts"]["gpu01"]["failures"][0]["message"]
     moved = [c for c in summary["changes"] if c["task"].startswith("Firmware | Record the versions")]

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import main
+from tests.helpers import last_document, last_record
 
-from .conftest import node_exec, wait_for
+from .conftest import node_exec, sinfo_node, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -20,33 +21,24 @@ OTHER_DRIVER, LAB_DRIVER = "550.54.15-1", "535.161.08-1"
 DRIVER_PACKAGES = ("nvidia-driver", "nvidia-smi", "nvidia-fabricmanager")
 
 
-def last_record(tmp_path: Path, command: str = "certify") -> Path:
-    return sorted(p for p in (tmp_path / "runs").iterdir() if p.name.endswith(f"-{command}"))[-1]
-
-
 def certification(tmp_path: Path) -> dict:
-    return json.loads((last_record(tmp_path) / "certification.json").read_text())
-
-
-def slurm_state(node: str) -> str:
-    return node_exec("ctl01", "sinfo", "--noheader", "--Node", "--nodes", node, "--format", "%T %E").stdout.strip()
+    return last_document(tmp_path / "runs", "certify", "certification.json")
 
 
 def resume(node: str) -> None:
     node_exec("ctl01", "scontrol", "update", f"nodename={node}", "state=resume")
-    wait_for(lambda: slurm_state(node).startswith("idle"), 60, f"{node} idle again")
+    wait_for(lambda: sinfo_node(node).startswith("idle"), 60, f"{node} idle again")
 
 
 @pytest.fixture
 def certify_runs(healthy_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Idle GPU nodes before and after the test (a test drains nodes on purpose)."""
-    monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
     for node in ("gpu01", "gpu02"):
-        if not slurm_state(node).startswith("idle"):
+        if not sinfo_node(node).startswith("idle"):
             resume(node)
     yield tmp_path
     for node in ("gpu01", "gpu02"):
-        if not slurm_state(node).startswith("idle"):
+        if not sinfo_node(node).startswith("idle"):
             resume(node)
 
 
@@ -80,7 +72,7 @@ def test_the_lab_is_certified_with_evidence(certify_runs: Path):
                                                                                                  "gpu02": 2}
     assert all(rank["cpus"] == 2 for rank in training["rank_compute"])
     assert {"training.straggler", "training.step_time_cv"} <= ids
-    record = last_record(certify_runs)
+    record = last_record(certify_runs / "runs", "certify")
     suites = ET.parse(record / "certification.junit.xml").getroot()
     assert {s.get("name") for s in suites} == {"gpu01", "gpu02", "fleet"}
     assert all(s.get("failures") == "0" for s in suites) and sum(int(s.get("tests")) for s in suites) >= 20
@@ -118,9 +110,9 @@ def test_a_slow_node_fails_the_variance_check_by_name_and_is_drained(certify_run
     assert "nccl-tests.variance.node.gpu02" in verdicts["gpu02"]["failed_checks"]
     medians = document["medians_gbps"]["nccl-tests.node"]
     assert medians["gpu02"] < medians["gpu01"] / 2
-    state = slurm_state("gpu02")
+    state = sinfo_node("gpu02")
     assert state.startswith("drain") and "certify: nccl-tests.variance.node.gpu02" in state
-    assert slurm_state("gpu01").startswith("idle")
+    assert sinfo_node("gpu01").startswith("idle")
     resume("gpu02")
 
 
@@ -207,7 +199,7 @@ def test_a_node_with_another_driver_is_refused_before_any_job(certify_runs: Path
     finally:
         _driver(LAB_DRIVER)
     assert "certification refused" in out and "gpu02" in out and "550.54.15" in out
-    record = last_record(certify_runs)
+    record = last_record(certify_runs / "runs", "certify")
     assert not (record / "certification.json").exists()
     assert not any("srun" in line for line in (record / "events.jsonl").read_text().splitlines()
                    if '"runner_on_ok"' in line)

@@ -7,20 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.ansible.records import read_summary
 from provisioner.cli import main
 from provisioner.facts.nccl_profiles import nccl_assignments
 from provisioner.lab import cluster
 from provisioner.lab.state import update_state
+from tests.helpers import last_summary
 
 from .conftest import node_exec
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
-
-
-def last_summary(tmp_path: Path) -> dict:
-    return read_summary(sorted((tmp_path / "runs").iterdir())[-1])
 
 
 def _ports(node: str, change) -> None:
@@ -43,7 +39,7 @@ def test_port_down_and_slow_port_fail_that_node_naming_hca_and_port(healthy_lab,
 
     _ports("gpu02", break_ports)
     assert main(["apply", "--inventory", LAB, "--tags", "infiniband"]) == 1
-    summary = last_summary(tmp_path)
+    summary = last_summary(tmp_path / "runs")
     assert summary["hosts_failed"] == ["gpu02"]
     assert summary["hosts"]["gpu01"]["status"] == "ok"
     failure = summary["hosts"]["gpu02"]["failures"][0]
@@ -60,7 +56,7 @@ def test_port_down_and_slow_port_fail_that_node_naming_hca_and_port(healthy_lab,
 def test_missing_hca_is_counted(healthy_lab, tmp_path: Path):
     _ports("gpu01", lambda hcas: hcas.pop())
     assert main(["apply", "--inventory", LAB, "--tags", "infiniband"]) == 1
-    summary = last_summary(tmp_path)
+    summary = last_summary(tmp_path / "runs")
     assert summary["hosts_failed"] == ["gpu01"]
     assert "1 InfiniBand HCAs found (mlx5_0), the inventory expects 2" in \
         summary["hosts"]["gpu01"]["failures"][0]["message"]

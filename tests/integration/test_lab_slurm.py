@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner.ansible.records import read_summary
 from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import update_state
+from tests.helpers import last_record, last_summary
 
 from .conftest import LAB_GPUS, node_exec, wait_for
 
@@ -128,7 +128,7 @@ def test_limited_run_keeps_every_node_in_slurm_conf(provisioned_lab, tmp_path: P
     assert nodes == ctl("cat", "/etc/slurm/nodes.conf")
     key = node_exec("ctl01", "base64", "-w0", "/etc/munge/munge.key").stdout.strip()
     assert len(key) > 100
-    record = sorted((tmp_path / "runs").iterdir())[-1]
+    record = last_record(tmp_path / "runs")
     for path in record.rglob("*"):
         if path.is_file():
             assert key not in path.read_text(errors="replace"), f"the munge key leaked into {path}"
@@ -149,7 +149,7 @@ def test_adding_a_partition_reconfigures_without_touching_running_jobs(provision
     all_vars.write_text(yaml.safe_dump(settings, sort_keys=False))
     try:
         assert main(["apply", "--inventory", LAB, "--tags", "slurm"]) == 0
-        summary = read_summary(sorted((tmp_path / "runs").iterdir())[-1])
+        summary = last_summary(tmp_path / "runs")
         assert "long|gpu02|7-00:00:00" in ctl("sinfo", "--noheader", "--format", "%P|%N|%l").split()
         assert ctl("squeue", "--noheader", "-j", job, "-o", "%T").strip() == "RUNNING"
         assert _slurmctld_pid() == pid  # reconfigured, not restarted

@@ -15,28 +15,17 @@ import pytest
 from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import update_state
+from tests.helpers import last_document
 
-from .conftest import gpu_nodes_in_service, monitoring_api, node_exec, wait_for
+from .conftest import monitoring_api, node_exec, sinfo_node, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
 OTHER_FIRMWARE = "28.38.1002"
 
 
-def slurm(node: str, fields: str = "%T|%E") -> str:
-    return node_exec("ctl01", "sinfo", "--noheader", "--Node", "--nodes", node, "--format", fields).stdout.strip()
-
-
 def steps_record(runs: Path) -> dict:
-    record = sorted(p for p in runs.iterdir() if p.name.endswith("-replace-node-steps"))[-1]
-    return json.loads((record / "replace-node.json").read_text())
-
-
-@pytest.fixture
-def runs(provisioned_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
-    gpu_nodes_in_service()
-    return tmp_path / "runs"
+    return last_document(runs, "replace-node-steps", "replace-node.json")
 
 
 def test_bad_requests_are_refused_before_touching_anything(runs: Path, capsys):
@@ -53,17 +42,17 @@ def test_bad_requests_are_refused_before_touching_anything(runs: Path, capsys):
     finally:
         holder.kill()
         holder.wait()
-    assert slurm("gpu02").split("|")[0] == "idle"  # nothing was drained
+    assert sinfo_node("gpu02").split("|")[0] == "idle"  # nothing was drained
     assert not runs.exists() or not list(runs.iterdir())
 
 
 def test_resume_refuses_a_node_not_certified_since_its_last_change(runs: Path, capsys):
     assert main(["drain", "gpu02", "--inventory", LAB, "--reason", "test drain"]) == 0
-    assert slurm("gpu02").startswith("drained|test drain")
+    assert sinfo_node("gpu02").startswith("drained|test drain")
     assert main(["resume", "gpu02", "--inventory", LAB]) == 1
     assert "has not passed certification since its last change" in capsys.readouterr().err
     assert main(["resume", "gpu02", "--inventory", LAB, "--force"]) == 0
-    wait_for(lambda: slurm("gpu02").startswith("idle"), 60, "gpu02 idle")
+    wait_for(lambda: sinfo_node("gpu02").startswith("idle"), 60, "gpu02 idle")
 
 
 def test_a_replacement_with_other_hca_firmware_stays_drained_naming_it(runs: Path):
@@ -78,7 +67,7 @@ def test_a_replacement_with_other_hca_firmware_stays_drained_naming_it(runs: Pat
     try:
         assert main(["replace-node", "gpu02", "--inventory", LAB, "--reason", "swap test",
                      "--accept-new-host-key", cluster.host_key_fingerprint("gpu02")]) == 1
-        state, reason = slurm("gpu02").split("|", 1)
+        state, reason = sinfo_node("gpu02").split("|", 1)
         assert state.startswith("drain") and "firmware" in reason.lower() and OTHER_FIRMWARE in reason
         document = steps_record(runs)
         assert [s["name"] for s in document["steps"]][:3] == ["drain", "known hosts", "build"]
@@ -87,7 +76,7 @@ def test_a_replacement_with_other_hca_firmware_stays_drained_naming_it(runs: Pat
     finally:
         update_state(hw, lambda s: s.update(original))
         node_exec("ctl01", "scontrol", "update", "nodename=gpu02", "state=resume")
-        wait_for(lambda: slurm("gpu02").startswith("idle"), 60, "gpu02 idle again")
+        wait_for(lambda: sinfo_node("gpu02").startswith("idle"), 60, "gpu02 idle again")
 
 
 def _targets_up(address: str) -> bool:
@@ -129,7 +118,7 @@ def test_a_destroyed_node_is_rebuilt_certified_and_back_in_service(runs: Path):
     assert certification["nodes"] == ["gpu02", "gpu01"] and certification["node_verdicts"]["gpu02"]["certified"]
     assert certification["training"]["steps_done"] == 200
 
-    assert slurm("gpu02").split("|")[0] == "idle"
+    assert sinfo_node("gpu02").split("|")[0] == "idle"
     assert f"NodeAddr={new_address}" in node_exec("ctl01", "cat", "/etc/slurm/nodes.conf").stdout
     # A GPU job lands on it, confined to its one GPU (the rebuilt node's cgroup device rules).
     landed = node_exec("ctl01", "srun", "--nodelist=gpu02", "--gres=gpu:1", "--time=1", "sh", "-c",

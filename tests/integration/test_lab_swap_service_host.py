@@ -8,7 +8,6 @@ restored from its dump), no node drained; Prometheus keeps its targets, rules an
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -16,8 +15,9 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.lab import cluster
+from tests.helpers import last_document
 
-from .conftest import gpu_nodes_in_service, monitoring_api, node_exec, wait_for
+from .conftest import monitoring_api, node_exec, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -49,13 +49,6 @@ def sacct_state(job: str) -> str:
     answer = node_exec("ctl01", "sacct", "--noheader", "--parsable2", "--allocations", "--jobs", job,
                        "--format=State")
     return answer.stdout.strip()
-
-
-@pytest.fixture
-def runs(provisioned_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
-    gpu_nodes_in_service()
-    return tmp_path / "runs"
 
 
 def test_the_controller_is_rebuilt_with_its_key_state_jobs_accounting_and_monitoring(runs: Path):
@@ -95,8 +88,7 @@ def test_the_controller_is_rebuilt_with_its_key_state_jobs_accounting_and_monito
     assert main(["replace-node", "ctl01", "--inventory", LAB, "--reason", "controller board failed",
                  "--accept-new-host-key", cluster.host_key_fingerprint("ctl01")]) == 0
 
-    record = sorted(p for p in runs.iterdir() if p.name.endswith("-replace-node-steps"))[-1]
-    document = json.loads((record / "replace-node.json").read_text())
+    document = last_document(runs, "replace-node-steps", "replace-node.json")
     assert document["roles"] == ["controller", "monitoring"]
     assert [s["name"] for s in document["steps"]] == ["known hosts", "build", "check the cluster"]
     assert document["result"] == "in service" and all(s["ok"] for s in document["steps"])

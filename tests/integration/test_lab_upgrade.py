@@ -20,9 +20,10 @@ from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.apt_repo import DRIVERS
 from provisioner.lab.state import DEFAULT_DRIVER_VERSION, update_state
-from provisioner.operations.upgrade import out_of_service
+from provisioner.parsers import slurm
+from tests.helpers import last_document
 
-from .conftest import LAB_GPUS, LAB_NODES, gpu_nodes_in_service, node_exec, reset_hardware, wait_for
+from .conftest import LAB_GPUS, LAB_NODES, gpu_nodes_in_service, node_exec, reset_hardware, sinfo_node, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -46,13 +47,8 @@ def driver(node: str) -> str:
     return node_exec(node, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").stdout.split("\n")[0]
 
 
-def slurm(node: str) -> str:
-    return node_exec("ctl01", "sinfo", "--noheader", "--Node", "--nodes", node, "--format", "%T|%E").stdout.strip()
-
-
 def upgrade_record(runs: Path) -> dict:
-    record = sorted(p for p in runs.iterdir() if p.name.endswith("-upgrade-steps"))[-1]
-    return json.loads((record / "upgrade.json").read_text())
+    return last_document(runs, "upgrade-steps", "upgrade.json")
 
 
 class Watcher(threading.Thread):
@@ -66,24 +62,13 @@ class Watcher(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.wait(2):
-            answer = node_exec("ctl01", "sinfo", "--noheader", "--Node", "--format", "%N %T")
+            answer = node_exec("ctl01", "sinfo", "--noheader", "--Node", "--format", "%N|%T")
             if answer.returncode != 0:
                 continue
-            states: dict[str, set[str]] = {}
-            for line in answer.stdout.splitlines():
-                name, state = line.split()
-                states.setdefault(name, set()).add(state)
-            out = out_of_service(states, GPU_NODES)
+            out = slurm.nodes_out_of_service(slurm.node_states(answer.stdout), GPU_NODES)
             self.samples += 1
             if len(out) > len(self.most_out):
                 self.most_out = out
-
-
-@pytest.fixture
-def runs(provisioned_lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
-    gpu_nodes_in_service()
-    return tmp_path / "runs"
 
 
 def test_bad_options_are_refused_before_touching_anything(runs: Path, capsys):
@@ -92,7 +77,7 @@ def test_bad_options_are_refused_before_touching_anything(runs: Path, capsys):
     assert main(["upgrade", "--inventory", LAB, "--nodes", "gpu09"]) == 2
     assert "not GPU nodes of inventory lab: gpu09" in capsys.readouterr().err
     assert main(["upgrade", "--inventory", LAB, "--max-unavailable", "0"]) == 2
-    assert all(slurm(node).startswith("idle") for node in GPU_NODES)
+    assert all(sinfo_node(node).startswith("idle") for node in GPU_NODES)
 
 
 def test_an_unreachable_gpu_node_is_named_and_counted_out_so_nothing_is_touched(runs: Path):
@@ -108,7 +93,7 @@ def test_an_unreachable_gpu_node_is_named_and_counted_out_so_nothing_is_touched(
         assert "(gpu02 unreachable): --max-unavailable 1" in document["detail"], document["detail"]
         assert document["skipped"]["gpu02"].startswith("unreachable over SSH")
         assert document["batches"] == [] and document["nodes"] == {}
-        assert slurm("gpu01").startswith("idle") and boot_mark("gpu01") == before
+        assert sinfo_node("gpu01").startswith("idle") and boot_mark("gpu01") == before
     finally:
         cluster.lab_up(LAB_NODES, LAB_GPUS, log=lambda message: None, reset_state=False)
     # powered on again: its services come back with an apply of that node alone
@@ -133,7 +118,7 @@ def back_to_the_first_driver(runs: Path):
     wait_for(lambda: all(driver(node) == DEFAULT_DRIVER_VERSION for node in GPU_NODES), 120, "the nodes rebooted")
     assert main(["apply", "--inventory", LAB, "--limit", ",".join(GPU_NODES)]) == 0
     for node in GPU_NODES:
-        wait_for(lambda node=node: slurm(node).startswith("idle"), 60, f"{node} idle")
+        wait_for(lambda node=node: sinfo_node(node).startswith("idle"), 60, f"{node} idle")
 
 
 def test_a_new_driver_rolls_one_node_at_a_time_a_failed_node_stops_it_and_a_rerun_goes_on(
@@ -154,12 +139,12 @@ def test_a_new_driver_rolls_one_node_at_a_time_a_failed_node_stops_it_and_a_reru
         assert failed["remaining"] == ["gpu02"]
         assert [s["name"] for s in failed["nodes"]["gpu01"]["steps"]] == ["drain", "install and reboot", "build"]
         assert any("version mismatch" in reason for reason in failed["nodes"]["gpu01"]["rebooted_for"])
-        state, reason = slurm("gpu01").split("|", 1)
+        state, reason = sinfo_node("gpu01").split("|", 1)
         assert state.startswith("drain") and reason.startswith("upgrade: build:"), reason
         # The user's job ran to its end before gpu01 was taken.
         assert node_exec("gpu01", "cat", "/shared/upgrade-user.out").stdout.strip() == "finished"
         # gpu02 was not touched: in service, on its driver, not rebooted
-        assert slurm("gpu02").startswith("idle") and driver("gpu02") == DEFAULT_DRIVER_VERSION
+        assert sinfo_node("gpu02").startswith("idle") and driver("gpu02") == DEFAULT_DRIVER_VERSION
         assert boot_mark("gpu02") == before["gpu02"] and "gpu02" not in failed["nodes"]
 
         reset_hardware()  # the port is up again
@@ -178,7 +163,7 @@ def test_a_new_driver_rolls_one_node_at_a_time_a_failed_node_stops_it_and_a_reru
         assert all(s["ok"] for s in steps)
         assert boot_mark(node) != before[node], f"{node} was not rebooted"
         assert driver(node) == NEW_DRIVER
-        assert slurm(node).startswith("idle")
+        assert sinfo_node(node).startswith("idle")
     # gpu02 rebooted in this run (gpu01 already had, in the failed one)
     assert document["nodes"]["gpu02"]["changes"] == [
         f"{name} {DEFAULT_DRIVER_VERSION}-1 -> {NEW_DRIVER}-1" for name in ("nvidia-driver", "nvidia-fabricmanager",

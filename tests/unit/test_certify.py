@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from provisioner.certify import criteria, jobs, outputs, report
-from provisioner.certify.driver import node_cpus_from_sinfo, srun_argv
+from provisioner.certify.driver import srun_argv
 from provisioner.certify.profiles import ProfileError, thresholds
 from provisioner.certify.schedule import Job
+from provisioner.parsers import slurm
 from provisioner.parsers.common import ParseError
 from tests.conftest import REAL_OUTPUTS
 
@@ -50,7 +51,7 @@ def test_shipped_profiles_and_overrides():
 def test_srun_command_lines():
     settings = {"procs_per_node": 8, "gpus_per_node": 8, "mpi": "pmix", "partition": "gpu", "reservation": "cert",
                 "time_limit": "0:30:00"}
-    cpus = node_cpus_from_sinfo("a 64\nb 64\na 64\n")
+    cpus = slurm.node_cpus("a|64\nb|64\na|64\n")
     assert cpus == {"a": 64, "b": 64}
     nccl = srun_argv(Job("nccl-tests", "pair", ["a", "b"]), settings, "provision-certify-x-1", cpus)
     assert "--ntasks-per-node=8" in nccl and "--mpi=pmix" in nccl and "--nodelist=a,b" in nccl
@@ -68,7 +69,7 @@ def test_srun_command_lines():
 
 
 def test_busy_nodes_need_idle_or_their_reservation():
-    sinfo = "gpu01 idle\ngpu02 drained\ngpu03 allocated\ngpu04 reserved\ngpu05 idle*\n"
+    sinfo = "gpu01|idle\ngpu02|drained\ngpu03|allocated\ngpu04|reserved\ngpu05|idle*\n"
     assert jobs.busy_nodes(sinfo, ["gpu01"], "", "") == []
     problems = jobs.busy_nodes(sinfo, ["gpu02", "gpu03", "gpu05", "gpu09"], "", "")
     assert problems == ["gpu02: drained (needs idle)", "gpu03: allocated (needs idle)",

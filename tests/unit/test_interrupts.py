@@ -49,7 +49,7 @@ class Playbooks:
             raise answer
         if request.playbook == "slurm_states.yml":
             Path(request.extravars["_states_output"]).write_text(json.dumps(
-                {"sinfo": "gpu01 idle\ngpu02 idle\n", "reasons": "gpu01|none\ngpu02|none\n"}))
+                {"sinfo": "gpu01|idle\ngpu02|idle\n", "reasons": "gpu01|none\ngpu02|none\n"}))
         if request.playbook == "fleet_versions.yml":
             Path(request.extravars["_fleet_output"]).write_text(json.dumps(
                 {"differences": [], "nodes": ["gpu01", "gpu02"]}))

@@ -97,17 +97,6 @@ def test_any_host_can_be_replaced_and_its_roles_are_recorded():
     assert "ctl09 is not a host of inventory example" in str(refused.value.problems[0])
 
 
-@pytest.mark.parametrize(("state", "settled"), [
-    ("idle", True), ("mixed", True), ("allocated", True), ("drained", True), ("draining", True),
-    ("idle*", False), ("down", False), ("down*", False), ("fail", False), ("unknown", False),
-    ("allocated+", True), ("drained*", False),
-])
-def test_a_rebuilt_controller_checks_every_gpu_node_settled(state: str, settled: bool):
-    from provisioner.operations.replace_node import _settled
-
-    assert _settled(state) is settled
-
-
 def test_a_planted_lock_link_is_refused_and_its_target_untouched(example_inventory: Path, tmp_path: Path, capsys):
     victim = tmp_path / "victim"
     victim.write_text("precious\n")

@@ -11,9 +11,7 @@ from provisioner.facts.slurm_config import (
     gres_type,
     node_line,
     node_line_from_hostvars,
-    node_states,
     partition_lines,
-    unsettled_nodes,
 )
 
 FACTS = {"hostname": "gpu01", "processor_vcpus": 128, "processor_count": 2, "processor_cores": 32,
@@ -65,16 +63,6 @@ def test_partition_with_a_node_that_is_not_a_gpu_node():
     with pytest.raises(SlurmConfigError, match="'ctl01' is not a GPU node"):
         partition_lines([{"name": "gpu", "nodes": ["ctl01"]}], GROUPS["gpu_nodes"], GROUPS)
 
-
-def test_sinfo_node_states():
-    text = "gpu01|idle|gpu:h100:8|none\ngpu02|drained|gpu:h100:8|health: GPU 1 has 2 uncorrectable ECC errors\n" \
-           "gpu01|idle|gpu:h100:8|none\ngpu03|idle*|gpu:h100:8|Not responding\n"
-    states = node_states(text)
-    assert states["gpu02"] == {"state": "drained", "gres": "gpu:h100:8",
-                               "reason": "health: GPU 1 has 2 uncorrectable ECC errors"}
-    assert states["gpu03"]["state"] == "idle*" and len(states) == 3
-
-
 def test_real_cluster_node_lines_have_the_fields_we_render(real_outputs: Path):
     text = (real_outputs / "slurm" / "nodes_partitions.conf_xjhpc_h100x8_excerpt.conf").read_text()
     real = next(line for line in text.splitlines() if line.startswith("NodeName=") and "Gres=gpu:" in line)
@@ -82,8 +70,3 @@ def test_real_cluster_node_lines_have_the_fields_we_render(real_outputs: Path):
     keys = {field.split("=")[0] for field in ours.split()}
     # the real file counts sockets per board; we write Sockets, its equivalent on one board
     assert {field.split("=")[0] for field in real.split()} - {"Boards", "SocketsPerBoard"} <= keys
-
-
-def test_unsettled_nodes_are_missing_or_not_responding():
-    text = "gpu01|idle|gpu:h100:8|none\ngpu02|idle*|gpu:h100:8|none\ngpu03|drained|gpu:h100:8|bad\n"
-    assert unsettled_nodes(text, ["gpu01", "gpu02", "gpu03", "gpu04"]) == ["gpu02", "gpu04"]

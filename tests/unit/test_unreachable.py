@@ -53,7 +53,7 @@ class Cluster:
         code = EXIT_OK
         if request.playbook == "slurm_states.yml":
             Path(request.extravars["_states_output"]).write_text(json.dumps(
-                {"sinfo": "".join(f"gpu0{n} {'allocated' if f'gpu0{n}' in self.busy else 'idle'}\n"
+                {"sinfo": "".join(f"gpu0{n}|{'allocated' if f'gpu0{n}' in self.busy else 'idle'}\n"
                                   for n in (1, 2, 3)),
                  "reasons": "".join(f"gpu0{n}|none\n" for n in (1, 2, 3))}))
         if request.playbook == "fleet_versions.yml":  # gpu03 unreachable: left out of ansible_play_hosts

@@ -9,8 +9,6 @@ from provisioner.facts.fleet import version_changes
 from provisioner.operations.upgrade import (
     batch_size,
     next_batch,
-    out_of_service,
-    parse_reasons,
     plan_nodes,
     unavailable,
 )
@@ -26,19 +24,6 @@ def test_batch_is_a_number_or_a_share_of_the_nodes():
         with pytest.raises(InputError) as error:
             batch_size(bad, 16)
         assert "--batch" in str(error.value)
-
-
-def test_reasons_by_node():
-    text = "gpu01|upgrade: driver 550\ngpu02|none\ngpu03|replace-node: build: x|y\n"
-    assert parse_reasons(text) == {"gpu01": "upgrade: driver 550", "gpu02": "", "gpu03": "replace-node: build: x|y"}
-
-
-def test_out_of_service_states():
-    states = {"gpu01": {"drained"}, "gpu02": {"idle"}, "gpu03": {"mixed*"}, "gpu04": {"allocated"},
-              "gpu05": {"down"}, "gpu06": {"reboot_issued"}, "gpu07": {"draining"}, "gpu08": {"idle~"}}
-    assert out_of_service(states, [*states, "gpu09"]) == ["gpu01", "gpu03", "gpu05", "gpu06", "gpu07", "gpu09"]
-
-
 def test_plan_puts_an_interrupted_upgrade_first_and_skips_done_and_foreign_drains():
     states = {"gpu01": {"idle"}, "gpu02": {"drained"}, "gpu03": {"drained"}, "gpu04": {"idle"}}
     reasons = {"gpu02": "upgrade: driver 550", "gpu03": "bad DIMM"}
