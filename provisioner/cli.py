@@ -22,12 +22,20 @@ console = Console()
 error_console = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
+def _add_inventory(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+
+
+def _add_runs_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    _add_inventory(parser)
     parser.add_argument("--limit", "-l", help="only these hosts or groups (Ansible pattern)")
     parser.add_argument("--tags", "-t", help="only these phases (comma-separated tags)")
     parser.add_argument("--forks", type=int, help="parallel hosts (default from ansible.cfg)")
-    parser.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+    _add_runs_dir(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     inventory = commands.add_parser("inventory", help="inventory commands")
     inventory_commands = inventory.add_subparsers(dest="inventory_command", required=True)
     validate = inventory_commands.add_parser("validate", help="validate an inventory; touches no host")
-    validate.add_argument("--inventory", "-i", required=True, help="inventory name or path")
+    _add_inventory(validate)
 
     apply = commands.add_parser("apply", help="run playbooks/site.yml against the inventory")
     _add_run_options(apply)
@@ -54,14 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("file", help="the tool's output ('-' for standard input)")
 
     certify = commands.add_parser("certify", help="certify the cluster: NCCL tests and a smoke training, verdicts")
-    certify.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+    _add_inventory(certify)
     certify.add_argument("--nodes", help="comma-separated GPU nodes (default: every GPU node)")
     certify.add_argument("--steps", type=int, help="smoke training steps (default: certification_steps, 1000)")
     certify.add_argument("--drain-failed", action="store_true", help="drain failing nodes in Slurm with the reason")
     certify.add_argument("--reservation", help="run inside this Slurm reservation (else the nodes must be idle)")
     certify.add_argument("--only", choices=["communication", "training"],
                          help="run one part only (default: both)")
-    certify.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+    _add_runs_dir(certify)
     certify.add_argument("--dry-run", action="store_true",
                          help="print the rounds, their jobs and an estimate of the wall time; touch no host")
     certify.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
@@ -70,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     replace = commands.add_parser("replace-node", help="rebuild a replaced machine: a GPU node (drained, certified, "
                                   "resumed), the controller, a monitoring or login host")
     replace.add_argument("node")
-    replace.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+    _add_inventory(replace)
     replace.add_argument("--reason", default="hardware replaced", help="why (shown in Slurm while it is drained)")
     replace.add_argument("--force", action="store_true", help="requeue the node's jobs instead of waiting for them")
     replace.add_argument("--allow-firmware-update", action="store_true",
@@ -79,11 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     replace.add_argument("--accept-new-host-key", metavar="FINGERPRINT",
                          help="the new machine's SSH host key fingerprint (SHA256:...), checked on its console; "
                               "without it provision asks on a terminal and refuses elsewhere")
-    replace.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+    _add_runs_dir(replace)
 
     upgrade = commands.add_parser("upgrade", help="roll new pins (driver, firmware, RDMA stack) across the GPU "
                                   "nodes in batches: drain, install, reboot, certify, resume")
-    upgrade.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+    _add_inventory(upgrade)
     upgrade.add_argument("--batch", default="1", help="nodes per batch: a number or a share (10%%); default 1")
     upgrade.add_argument("--max-unavailable", type=int, default=1,
                          help="most GPU nodes out of service at once, those already out included (default 1)")
@@ -92,22 +100,22 @@ def build_parser() -> argparse.ArgumentParser:
     upgrade.add_argument("--allow-firmware-update", action="store_true",
                          help="burn the pinned HCA firmware (otherwise a firmware difference stops the batch)")
     upgrade.add_argument("--steps", type=int, default=200, help="smoke-training steps of each certification")
-    upgrade.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+    _add_runs_dir(upgrade)
 
     drain = commands.add_parser("drain", help="drain a GPU node in Slurm")
     drain.add_argument("node")
-    drain.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+    _add_inventory(drain)
     drain.add_argument("--reason", required=True, help="why (shown in Slurm)")
     drain.add_argument("--force", action="store_true", help="requeue the node's jobs")
     drain.add_argument("--wait", action="store_true", help="wait (up to an hour) for its jobs to end")
-    drain.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+    _add_runs_dir(drain)
 
     resume = commands.add_parser("resume", help="return a drained GPU node to service (certified since its last "
                                                 "change, unless forced)")
     resume.add_argument("node")
-    resume.add_argument("--inventory", "-i", required=True, help="inventory name (inventory/<name>/) or path")
+    _add_inventory(resume)
     resume.add_argument("--force", action="store_true", help="resume without a certification since the last change")
-    resume.add_argument("--runs-dir", help="where run records go (default: runs/, or $PROVISION_RUNS_DIR)")
+    _add_runs_dir(resume)
 
     _add_plan_parser(commands)
 
@@ -187,6 +195,16 @@ def _print_problems(problems: list[InputProblem], what: str) -> None:
                         highlight=False, soft_wrap=True)
 
 
+def _argv() -> list[str]:
+    """The command line as the operator typed it, for the run records."""
+    return ["provision", *sys.argv[1:]]
+
+
+def _nodes(text: str | None) -> list[str] | None:
+    """A comma-separated node list (--nodes); None when not given."""
+    return [node.strip() for node in text.split(",") if node.strip()] if text else None
+
+
 def _load(name: str) -> Inventory:
     inventory = load_inventory(name)
     for warning in inventory.warnings:
@@ -236,7 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check=check,
         diff=command == "check" or getattr(args, "diff", False),
         forks=args.forks,
-        argv=["provision", *sys.argv[1:]],
+        argv=_argv(),
     )
     return run_playbook(request, console).exit_code
 
@@ -262,10 +280,10 @@ def cmd_certify(args: argparse.Namespace) -> int:
         raise InputError([InputProblem("command line", "--json", "only with --dry-run")])
     request = CertifyRequest(
         inventory=_load(args.inventory), runs_dir=runs_dir(args.runs_dir),
-        nodes=[n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None,
+        nodes=_nodes(args.nodes),
         steps=args.steps, drain_failed=args.drain_failed, reservation=args.reservation,
         parts=(args.only,) if args.only else PARTS, inject_grad_fault=args.inject_grad_fault,
-        argv=["provision", *sys.argv[1:]])
+        argv=_argv())
     if args.dry_run:
         plan = dry_run(request)
         if args.json:
@@ -313,7 +331,7 @@ def cmd_replace_node(args: argparse.Namespace) -> int:
     return replace_node(ReplaceRequest(
         inventory=_load(args.inventory), node=args.node, runs_dir=runs_dir(args.runs_dir), reason=args.reason,
         force=args.force, allow_firmware_update=args.allow_firmware_update, steps=args.steps,
-        argv=["provision", *sys.argv[1:]], accept_host_key=args.accept_new_host_key,
+        argv=_argv(), accept_host_key=args.accept_new_host_key,
         ask=input if sys.stdin.isatty() and sys.stdout.isatty() else None), console)
 
 
@@ -322,36 +340,25 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise InputError([InputProblem("command line", "--steps", "must be at least 1")])
-    nodes = [node.strip() for node in args.nodes.split(",") if node.strip()] if args.nodes else None
     return upgrade(UpgradeRequest(
         inventory=_load(args.inventory), runs_dir=runs_dir(args.runs_dir), batch=args.batch,
-        max_unavailable=args.max_unavailable, reason=args.reason, nodes=nodes,
+        max_unavailable=args.max_unavailable, reason=args.reason, nodes=_nodes(args.nodes),
         allow_firmware_update=args.allow_firmware_update, steps=args.steps,
-        argv=["provision", *sys.argv[1:]]), console)
+        argv=_argv()), console)
 
 
 def cmd_drain_resume(args: argparse.Namespace) -> int:
-    from provisioner.ansible.ledger import node_history
-    from provisioner.operations.replace_node import check_node
+    from provisioner.operations.drain_resume import NodeRequest, NotCertified, drain, resume
 
-    inventory = _load(args.inventory)
-    check_node(inventory, args.node)
-    base = runs_dir(args.runs_dir)
-    argv = ["provision", *sys.argv[1:]]
+    request = NodeRequest(inventory=_load(args.inventory), node=args.node, runs_dir=runs_dir(args.runs_dir),
+                          force=args.force, argv=_argv())
     if args.command == "drain":
-        extravars = {"_drain": [{"node": args.node, "reason": args.reason[:120]}], "_drain_force": args.force,
-                     "_drain_wait_s": 3600 if args.wait else 0}
-        return run_playbook(RunRequest(command="drain", playbook="drain.yml", inventory=inventory, runs_dir=base,
-                                       extravars=extravars, argv=argv), console).exit_code
-    history = node_history(base, args.node)
-    if not history.certified_since_change and not args.force:
-        _say("refused", "red", f"{args.node} has not passed certification since its last change "
-                            f"(last change: {history.last_change or 'none recorded'}, last passed certification: "
-                            f"{history.last_certified or 'none'}); run provision certify --nodes {args.node},... "
-                            "or resume with --force")
+        return drain(request, console, args.reason, args.wait)
+    try:
+        return resume(request, console)
+    except NotCertified as refusal:
+        _say("refused", "red", str(refusal))
         return EXIT_FAILED
-    return run_playbook(RunRequest(command="resume", playbook="resume.yml", inventory=inventory, runs_dir=base,
-                                   extravars={"_resume": [args.node]}, argv=argv), console).exit_code
 
 
 def cmd_lab(args: argparse.Namespace) -> int:

@@ -60,3 +60,72 @@ def last_document(runs: Path, command: str, name: str) -> dict:
     import json
 
     return json.loads((last_record(runs, command) / name).read_text())
+
+
+class StandInCluster:
+    """Stands in for the playbook runs (and the certification) of replace-node and upgrade, on
+    a cluster without hosts: each playbook answers `answer(request)` (an exit code, or an
+    exception to raise), slurm_states.yml and fleet_versions.yml hand back what those
+    playbooks would (the busy nodes allocated, the unreachable nodes left out and counted
+    unreachable), and every request is kept.
+
+    install(monkeypatch) puts it in place of the real runs."""
+
+    def __init__(self, nodes: tuple[str, ...] = ("gpu01", "gpu02"), unreachable: tuple[str, ...] = (),
+                 answer: Callable[..., int | BaseException] | None = None):
+        self.nodes, self.unreachable, self.answer = nodes, unreachable, answer
+        self.busy: set[str] = set()
+        # what a playbook's roles hand back with set_stats, by playbook
+        self.recorded: dict[str, dict] = {}
+        self.requests: list = []
+        self.certified_pairs: list[list[str]] = []
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> StandInCluster:
+        from provisioner.ansible import playbooks
+        from provisioner.operations import lifecycle
+
+        monkeypatch.setattr(playbooks, "run_playbook", self.run_playbook)
+        monkeypatch.setattr(lifecycle, "run_certification", self.run_certification)
+        return self
+
+    def run_playbook(self, request, console=None):
+        import json
+
+        from provisioner.ansible.records import SUMMARY, new_record_dir
+        from provisioner.ansible.runner import EXIT_FAILED, EXIT_OK, RunOutcome
+
+        self.requests.append(request)
+        record = new_record_dir(request.runs_dir, request.command)
+        code = self.answer(request) if self.answer else EXIT_OK
+        if isinstance(code, BaseException):
+            raise code
+        summary = {"hosts": {}, "hosts_failed": [], "hosts_unreachable": [],
+                   "recorded": self.recorded.get(request.playbook, {})}
+        if request.playbook == "slurm_states.yml":
+            Path(request.extravars["_states_output"]).write_text(json.dumps({
+                "sinfo": "".join(f"{node}|{'allocated' if node in self.busy else 'idle'}\n" for node in self.nodes),
+                "reasons": "".join(f"{node}|none\n" for node in self.nodes)}))
+        if request.playbook == "fleet_versions.yml":  # the unreachable left out of ansible_play_hosts
+            answering = [node for node in self.nodes if node not in self.unreachable]
+            Path(request.extravars["_fleet_output"]).write_text(json.dumps({"differences": [], "nodes": answering}))
+            if self.unreachable:
+                summary["hosts_unreachable"], code = list(self.unreachable), code or EXIT_FAILED
+        (record / SUMMARY).write_text(json.dumps(summary))
+        return RunOutcome(code, record, summary)
+
+    def run_certification(self, request, console):
+        from provisioner.ansible.runner import EXIT_OK
+
+        self.certified_pairs.append(list(request.nodes))
+        verdicts = {node: {"certified": True} for node in request.nodes}
+        return EXIT_OK, request.runs_dir, {"certified": True, "node_verdicts": verdicts, "checks": []}
+
+    def drains(self) -> list[dict]:
+        return [r.extravars for r in self.requests if r.playbook == "drain.yml"]
+
+    def touched(self, node: str) -> list[str]:
+        """The playbooks that were limited to the node or drained, resumed or reserved it."""
+        import json
+
+        return [r.playbook for r in self.requests
+                if node in (r.limit or "").split(",") or node in json.dumps(r.extravars)]

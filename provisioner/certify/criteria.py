@@ -6,13 +6,11 @@ check whose nodes localisation cleared blames none of them and fails the fleet o
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from provisioner.certify.outputs import (
@@ -435,11 +433,3 @@ def measurement_curves(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"instrument": instrument, "scope": scope, "nodes": list(members),
              "sizes_bytes": sorted(sizes), "busbw_gbps": [statistics.median(sizes[s]) for s in sorted(sizes)]}
             for (instrument, scope, members), sizes in grouped.items()]
-
-
-def json_file(path: Path) -> dict[str, Any] | None:
-    """The playbook's hand-over file, or None when the run stopped before writing it."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

@@ -16,9 +16,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from provisioner.ansible import playbooks
 from provisioner.ansible.lock import inventory_lock
 from provisioner.ansible.records import make_private
-from provisioner.ansible.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
+from provisioner.ansible.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOutcome
 from provisioner.certify import bundle, criteria, report
 from provisioner.certify.profiles import ProfileError, Thresholds, durations_s, thresholds
 from provisioner.certify.progress import CertifyProgress
@@ -218,14 +219,10 @@ def _print_checks(console: Console, checks: list[criteria.Check]) -> None:
 
 
 def _drain(request: CertifyRequest, verdicts: dict[str, dict[str, Any]], console: Console) -> int:
-    failed = [{"node": node, "reason": ("certify: " + ", ".join(v["failed_checks"]))[:120]}
-              for node, v in verdicts.items() if not v["certified"]]
+    failed = {node: "certify: " + ", ".join(v["failed_checks"]) for node, v in verdicts.items() if not v["certified"]}
     if not failed:
         return EXIT_OK
-    outcome = run_playbook(RunRequest(command="drain", playbook="drain.yml", inventory=request.inventory,
-                                      runs_dir=request.runs_dir, extravars={"_drain": failed},
-                                      argv=request.argv or []), console)
-    return outcome.exit_code
+    return playbooks.drain(request, console, "drain", failed).exit_code
 
 
 def certify(request: CertifyRequest, console: Console) -> int:
@@ -250,10 +247,9 @@ def _driver_plan(request: CertifyRequest, nodes: list[str], judge: criteria.Crit
 
 
 def _playbook(request: CertifyRequest, console: Console, playbook: str, extravars: dict[str, Any],
-              progress: CertifyProgress | None = None) -> Any:
-    return run_playbook(RunRequest(command="certify", playbook=playbook, inventory=request.inventory,
-                                   runs_dir=request.runs_dir, extravars=extravars, argv=request.argv or [],
-                                   on_event=progress.on_event if progress else None), console)
+              progress: CertifyProgress | None = None) -> RunOutcome:
+    return playbooks.run(request, console, "certify", playbook, extravars,
+                         on_event=progress.on_event if progress else None)
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -330,7 +326,7 @@ def _run_certification_locked(request: CertifyRequest,
             console.print("[yellow]stopping the certification's jobs on the controller[/]")
             _playbook(request, console, "certify_cancel.yml", {"_certify_run_id": run_id,
                                                                "_certify_archive": str(archive)})
-        refusal = criteria.json_file(output)
+        refusal = playbooks.read_handed(output)
         record = outcome.record
         if refusal is not None:
             reasons = refusal.get("busy") or [f"{d['host']}: {d['component']} {d['found']} (expected "

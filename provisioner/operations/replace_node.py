@@ -10,51 +10,40 @@ duration, outcome, evidence, the run record of its playbook) in the command's ow
 
 from __future__ import annotations
 
-import json
-import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from rich.console import Console
 
 from provisioner.ansible import known_hosts
 from provisioner.ansible.lock import inventory_lock
-from provisioner.ansible.records import new_record_dir, write_private
-from provisioner.ansible.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunRequest, run_playbook
-from provisioner.certify.jobs import busy_nodes
-from provisioner.certify.run import CertifyRequest, run_certification
+from provisioner.ansible.playbooks import drain_reason
+from provisioner.ansible.runner import EXIT_FAILED, EXIT_OK
 from provisioner.errors import InputError, InputProblem
 from provisioner.facts.fleet import table as fleet_table
 from provisioner.inventory.loader import Inventory
+from provisioner.operations.lifecycle import (
+    CommandRecord,
+    StepFailed,
+    StepRecord,
+    certify_in_reservation,
+    check_host,
+    check_in_service,
+    drain_nodes,
+    exit_code_for,
+    fleet_differences,
+    host_roles,
+    now,
+    read_fleet,
+    read_slurm,
+    release_reservation,
+    step_playbook,
+    step_result,
+    wait_for_idle,
+)
 from provisioner.parsers import slurm
-
-REASON_LIMIT = 120
-
-
-class StepFailed(Exception):
-    """A step did not succeed; the message is the drain reason's detail."""
-
-
-class StepInterrupted(StepFailed):
-    """The operator interrupted a step (Ctrl-C, SIGTERM): handled like a failed step (the nodes
-    stay drained, the record is written), and the command exits 130."""
-
-    def __init__(self) -> None:
-        super().__init__("interrupted")
-
-
-def step_result(error: BaseException) -> str:
-    """How a command's record names the end a step's error brought: interrupted or failed."""
-    return "interrupted" if isinstance(error, StepInterrupted) else "failed"
-
-
-def exit_code_for(error: BaseException) -> int:
-    """The command's exit code after a step raised error: 130 where it was interrupted, else 1."""
-    return EXIT_INTERRUPTED if isinstance(error, StepInterrupted) else EXIT_FAILED
 
 
 @dataclass
@@ -75,194 +64,17 @@ class ReplaceRequest:
     ask: Callable[[str], str] | None = None
 
 
-@dataclass
-class StepRecord:
-    name: str
-    started: str
-    duration_s: float = 0.0
-    ok: bool = False
-    detail: str = ""
-    evidence: dict[str, Any] = field(default_factory=dict)
-    run_record: str | None = None
-
-
-def check_host(inventory: Inventory, node: str) -> None:
-    if node not in inventory.hosts:
-        raise InputError([InputProblem(str(inventory.hosts_file), "all",
-                                       f"{node} is not a host of inventory {inventory.name} (add the "
-                                       "replacement's address to the inventory first)")])
-
-
-def host_roles(inventory: Inventory, node: str) -> list[str]:
-    """The groups a host serves in (controller, monitoring, login, gpu_nodes), for the record."""
-    return [group for group in ("controller", "monitoring", "login", "gpu_nodes") if node in inventory.group(group)]
-
-
-def check_node(inventory: Inventory, node: str) -> None:
-    if node not in inventory.group("gpu_nodes"):
-        raise InputError([InputProblem(str(inventory.hosts_file), "gpu_nodes",
-                                       f"{node} is not a GPU node of inventory {inventory.name} (add the "
-                                       "replacement's address under gpu_nodes first)")])
-
-
-def run_step(current: StepRecord, action: Callable[[StepRecord], None], save: Callable[[], None],
-             recorded: tuple[type[Exception], ...] = (StepFailed,)) -> None:
-    """Run one step's action and time it; the record is saved after it, however it ends.
-
-    A `recorded` error's message becomes the step's detail and goes on up; an interrupt outside
-    a playbook run (a wait between two of them) becomes StepInterrupted."""
-    clock = time.monotonic()
-    try:
-        action(current)
-        current.ok = True
-    except recorded as error:
-        current.detail = str(error)
-        raise
-    except KeyboardInterrupt:
-        current.detail = "interrupted"
-        raise StepInterrupted from None
-    finally:
-        current.duration_s = round(time.monotonic() - clock, 1)
-        save()
-
-
-class StepContext(Protocol):
-    """What a step's playbook runs need of a command's request (replace-node's, upgrade's)."""
-
-    inventory: Inventory
-    runs_dir: Path
-    argv: list[str]
-
-
-def only_unreachable(summary: dict[str, Any]) -> bool:
-    """Whether a run's only trouble was hosts it could not reach: some unreachable, none failed."""
-    return bool(summary.get("hosts_unreachable")) and not summary.get("hosts_failed")
-
-
-def step_playbook(request: StepContext, console: Console, command: str, playbook: str,
-                  extravars: dict[str, Any], limit: str | None = None, tolerate_unreachable: bool = False) -> Path:
-    """Run one step's playbook; its run record, or StepFailed naming each failed host's first failure.
-
-    With tolerate_unreachable, a run whose only trouble was unreachable hosts is not a failure:
-    the caller reads which hosts answered from what the playbook handed back."""
-    outcome = run_playbook(RunRequest(command=command, playbook=playbook, inventory=request.inventory,
-                                      runs_dir=request.runs_dir, extravars=extravars, argv=request.argv,
-                                      limit=limit), console)
-    if outcome.exit_code == EXIT_INTERRUPTED:
-        raise StepInterrupted
-    if outcome.exit_code != EXIT_OK and not (tolerate_unreachable and only_unreachable(outcome.summary)):
-        failures = [f"{host}: {_first_line(reason)}" for host, result in outcome.summary.get("hosts", {}).items()
-                    for reason in (result.get("failures") or [])[:1]]
-        raise StepFailed("; ".join(failures)[:300] or f"{playbook} exited {outcome.exit_code}")
-    return outcome.record
-
-
-def _first_line(failure: Any) -> str:
-    """A run record's failure ({phase, task, message} or text) as one line: the task and its message's first line."""
-    if isinstance(failure, dict):
-        message = str(failure.get("message") or "").strip().splitlines()
-        return f"{failure.get('task', '?')}: {message[0] if message else 'failed'}"
-    return str(failure).strip().splitlines()[0] if str(failure).strip() else "failed"
-
-
-def handed_playbook(request: StepContext, console: Console, command: str, playbook: str, key: str,
-                    extravars: dict[str, Any], tolerate_unreachable: bool = False) -> tuple[dict[str, Any], Path]:
-    """Run a playbook that writes a JSON file for the CLI (its path in `key`); return the file's content."""
-    with tempfile.TemporaryDirectory(prefix="provision-replace-") as scratch:
-        output = Path(scratch) / "out.json"
-        record = step_playbook(request, console, command, playbook, {**extravars, key: str(output)},
-                               tolerate_unreachable=tolerate_unreachable)
-        if not output.exists():  # the playbook ended before handing anything (every host unreachable)
-            raise StepFailed(f"{playbook} handed nothing back (no host answered)")
-        return json.loads(output.read_text()), record
-
-
-@dataclass
-class FleetRead:
-    """fleet_versions.yml's answer: the differences among the GPU nodes that answered over SSH."""
-
-    differences: list[dict[str, str]]
-    compared: list[str]
-    unreachable: list[str]
-    record: Path
-
-
-def read_fleet(request: StepContext, console: Console, command: str) -> FleetRead:
-    """Every GPU node's versions compared with the pins and the fleet. A node that does not answer
-    over SSH is left out of the comparison and named, not a failed read."""
-    handed, record = handed_playbook(request, console, command, "fleet_versions.yml", "_fleet_output", {},
-                                     tolerate_unreachable=True)
-    unreachable = [node for node in request.inventory.group("gpu_nodes") if node not in handed["nodes"]]
-    return FleetRead(handed["differences"], handed["nodes"], unreachable, record)
-
-
-def drain_nodes(request: StepContext, console: Console, command: str, nodes: list[str], reason: str,
-                force: bool, wait_s: int) -> Path:
-    """Drain the nodes in Slurm with the reason; wait up to wait_s for their jobs (0: do not wait)."""
-    return step_playbook(request, console, command, "drain.yml", {
-        "_drain": [{"node": node, "reason": reason[:REASON_LIMIT]} for node in nodes], "_drain_force": force,
-        "_drain_wait_s": wait_s})
-
-
 def drain(request: ReplaceRequest, console: Console, reason: str, wait: bool) -> Path:
     return drain_nodes(request, console, "drain", [request.node], reason, request.force,
                        request.drain_wait_s if wait else 0)
 
 
-def wait_for_idle(request: StepContext, console: Console, command: str, node: str, candidates: list[str],
-                  wait_s: int) -> tuple[list[str], str]:
-    """The idle healthy nodes among the candidates to pair `node` with, and the sinfo they were read
-    from, waiting up to wait_s for one."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        handed, _ = handed_playbook(request, console, command, "slurm_states.yml", "_states_output", {})
-        busy = {line.split(":", 1)[0] for line in busy_nodes(handed["sinfo"], candidates, "", "")}
-        idle = [n for n in candidates if n not in busy]
-        if idle:
-            return idle, handed["sinfo"]
-        if time.monotonic() > deadline:
-            raise StepFailed(f"no idle healthy node to pair {node} with within {wait_s} s "
-                             f"({', '.join(sorted(busy))} busy)")
-        time.sleep(15)
+def _reservation(request: ReplaceRequest) -> str:
+    return f"provision-replace-{request.node}"
 
 
-def certify_in_reservation(request: StepContext, console: Console, step: StepRecord, command: str, node: str,
-                           partner: str, reservation: str, steps: int, version_exempt: tuple[str, ...] = ()) -> None:
-    """Hold node and partner in a maintenance reservation, resume the node inside it and certify
-    the pair; StepFailed names the node's failed checks."""
-    step.evidence.update({"partner": partner, "reservation": reservation})
-    step_playbook(request, console, f"{command}-reserve", "reservation.yml", {
-        "_reservation_name": reservation, "_reservation_action": "create", "_reservation_nodes": [node, partner]})
-    # Inside the maintenance reservation the resumed node takes only provisioning's jobs.
-    step_playbook(request, console, f"{command}-resume", "resume.yml", {"_resume": [node]})
-    code, record, document = run_certification(CertifyRequest(
-        inventory=request.inventory, runs_dir=request.runs_dir, nodes=[node, partner], steps=steps,
-        reservation=reservation, argv=request.argv, version_exempt=version_exempt), console)
-    step.run_record = str(record) if record else None
-    if code == EXIT_INTERRUPTED:
-        raise StepInterrupted
-    if document is None:
-        raise StepFailed("certification did not run (see its run record)")
-    verdict = document["node_verdicts"].get(node, {})
-    step.evidence["certification"] = {"certified": document["certified"],
-                                      "node_verdicts": document["node_verdicts"]}
-    if code != EXIT_OK or not verdict.get("certified"):
-        failed = verdict.get("failed_checks") or [c["name"] for c in document["checks"] if not c["passed"]]
-        raise StepFailed(", ".join(failed) or "not certified")
-
-
-def release_reservation(request: StepContext, console: Console, command: str, reservation: str) -> Path:
-    """Delete the maintenance reservation (if any): a resumed node is then open to every user."""
-    return step_playbook(request, console, command, "reservation.yml", {
-        "_reservation_name": reservation, "_reservation_action": "delete"})
-
-
-def check_in_service(node: str, states: dict[str, set[str]], step: StepRecord) -> None:
-    """After a resume: the node is known to Slurm and neither drained, down, failing nor reserved."""
-    seen = sorted(states.get(node, set()))
-    step.evidence["states"] = seen
-    if not slurm.in_service(set(seen)):
-        raise StepFailed(f"not in service after the resume: {', '.join(seen) or 'unknown to Slurm'}")
+def _release(request: ReplaceRequest, console: Console) -> Path:
+    return release_reservation(request, console, "replace-node-release", _reservation(request))
 
 
 def _partner(request: ReplaceRequest, console: Console, step: StepRecord, unreachable: list[str]) -> str:
@@ -283,24 +95,16 @@ def _certify(request: ReplaceRequest, console: Console, step: StepRecord, unreac
                            request.steps)
 
 
-def _release(request: ReplaceRequest, console: Console) -> Path:
-    return release_reservation(request, console, "replace-node-release", _reservation(request))
-
-
-def _reservation(request: ReplaceRequest) -> str:
-    return f"provision-replace-{request.node}"
-
-
-def _slurm_node_states(request: ReplaceRequest, console: Console) -> tuple[dict[str, set[str]], Path]:
-    """Every node's Slurm states, read on the controller, and the run record of that read."""
-    handed, record = handed_playbook(request, console, "replace-node-states", "slurm_states.yml",
-                                     "_states_output", {})
-    return slurm.node_states(handed["sinfo"]), record
-
-
 def _resume(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
     step.run_record = str(_release(request, console))
-    check_in_service(request.node, _slurm_node_states(request, console)[0], step)
+    check_in_service(request.node, read_slurm(request, console, "replace-node-states").states, step)
+
+
+def _differs(request: ReplaceRequest, differences: list[dict[str, str]]) -> StepFailed:
+    """The step's failure: the node's own differences (or, where only others differ, theirs)."""
+    components = sorted({f"{d['component']} {d['found']} (expected {d['expected']})" for d in differences
+                         if d["host"] == request.node} or {f"{d['host']}: {d['component']}" for d in differences})
+    return StepFailed("differs from the fleet: " + "; ".join(components))
 
 
 def _verify_versions(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
@@ -313,40 +117,36 @@ def _verify_versions(request: ReplaceRequest, console: Console, step: StepRecord
         raise StepFailed("its versions could not be read")
     if differences:
         console.print(fleet_table(differences), highlight=False)
-        components = sorted({f"{d['component']} {d['found']} (expected {d['expected']})" for d in differences
-                             if d["host"] == request.node} or {f"{d['host']}: {d['component']}" for d in differences})
-        raise StepFailed("differs from the fleet: " + "; ".join(components))
+        raise _differs(request, differences)
 
 
 def _build(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
-    """All roles on the node, the cluster-wide files everywhere. A failure that comes from the node
-    differing from the fleet (firmware not allowed to move) is reported as that difference."""
+    """All roles on the node, the cluster-wide files everywhere. A build that failed because the
+    node differs from the fleet (firmware not allowed to move; the firmware role hands the
+    differences back) is reported as that difference."""
     extravars: dict[str, Any] = {"_replace_node": request.node}
     if request.allow_firmware_update:
         extravars["firmware_update_allowed"] = True
     try:
-        step.run_record = str(step_playbook(request, console, "replace-node", "replace_node.yml", extravars))
+        step.run_record = str(step_playbook(request, console, "replace-node", "replace_node.yml", extravars).record)
     except StepFailed as failure:
-        if "differs from the fleet" not in str(failure):
-            raise
-        try:
-            _verify_versions(request, console, StepRecord("versions after a failed build", ""))
-        except StepFailed as difference:
-            if "differs from the fleet" in str(difference):
-                raise StepFailed(str(difference)) from failure
+        differences = fleet_differences(failure.recorded, [request.node])
+        if differences:
+            step.evidence["differences"] = differences
+            console.print(fleet_table(differences), highlight=False)
+            raise _differs(request, differences) from failure
         raise
-
 
 
 def _check_cluster(request: ReplaceRequest, console: Console, step: StepRecord) -> None:
     """After a service machine's rebuild: Slurm answers and no GPU node is down or unreachable
     (drained nodes stay as they were: Slurm kept their state)."""
-    states, record = _slurm_node_states(request, console)
-    step.run_record = str(record)
-    step.evidence["states"] = {node: sorted(seen) for node, seen in states.items()}
+    read = read_slurm(request, console, "replace-node-states")
+    step.run_record = str(read.record)
+    step.evidence["states"] = {node: sorted(seen) for node, seen in read.states.items()}
     gpu_nodes = request.inventory.group("gpu_nodes")
-    missing = [node for node in gpu_nodes if node not in states]
-    unsettled = [f"{node} {state}" for node in gpu_nodes for state in sorted(states.get(node, ()))
+    missing = [node for node in gpu_nodes if node not in read.states]
+    unsettled = [f"{node} {state}" for node in gpu_nodes for state in sorted(read.states.get(node, ()))
                  if not slurm.settled(state)]
     if missing or unsettled:
         raise StepFailed("GPU nodes not in service after the rebuild: "
@@ -395,26 +195,14 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
         except known_hosts.KnownHostsError as error:
             console.print(f"[red]replace-node {node} refused[/]: {error}; nothing was changed", highlight=False)
             return EXIT_FAILED
-        record = new_record_dir(request.runs_dir, "replace-node-steps")
-        steps: list[StepRecord] = []
-        document = {"command": "replace-node", "argv": request.argv, "inventory": inventory.name, "node": node,
-                    "roles": host_roles(inventory, node), "address": address, "reason": request.reason,
-                    "started": datetime.now(UTC).isoformat(), "steps": steps}
-
-        def save() -> None:
-            write_private(record / "replace-node.json", json.dumps(
-                {**document, "steps": [asdict(s) for s in steps]}, indent=2) + "\n")
-
-        def step(name: str, action: Callable[[StepRecord], None]) -> None:
-            current = StepRecord(name, datetime.now(UTC).isoformat(timespec="seconds"))
-            steps.append(current)
-            save()
-            console.rule(f"replace-node {node}: {name}")
-            run_step(current, action, save, (StepFailed, known_hosts.KnownHostsError))
+        record = CommandRecord(request.runs_dir, "replace-node", {
+            "argv": request.argv, "inventory": inventory.name, "node": node, "roles": host_roles(inventory, node),
+            "address": address, "reason": request.reason, "started": now()}, console, one_node=node)
 
         def unreachable_at_verify() -> list[str]:
             """The GPU nodes the version check found unreachable: never the partner."""
-            return next((s.evidence.get("unreachable", []) for s in steps if s.name == "verify versions"), [])
+            return next((s.evidence.get("unreachable", []) for s in record.steps.get(node, [])
+                         if s.name == "verify versions"), [])
 
         def set_record(current: StepRecord, path: Path) -> None:
             current.run_record = str(path)
@@ -443,29 +231,27 @@ def replace_node(request: ReplaceRequest, console: Console) -> int:
         ]
         try:
             for name, action in plan:
-                step(name, action)
+                record.step([node], name, action, (StepFailed, known_hosts.KnownHostsError))
         except (StepFailed, known_hosts.KnownHostsError) as error:
-            failed = steps[-1]
-            document.update({"result": step_result(error), "failed_step": failed.name})
-            outcome = f"record: {record}"
+            failed = record.steps[node][-1]
+            outcome = f"record: {record.folder}"
+            fields: dict[str, Any] = {"failed_step": failed.name}
             if gpu_node:
-                reason = " ".join(f"replace-node: {failed.name}: {failed.detail}".split())
+                reason = drain_reason(f"replace-node: {failed.name}: {failed.detail}")
                 try:
                     drain(request, console, reason, wait=False)
                     _release(request, console)
-                except StepFailed as error:
-                    failed.detail += f" (and draining again failed: {error})"
-                document["drain_reason"] = reason[:REASON_LIMIT]
-                outcome = f"{node} stays drained ({reason[:REASON_LIMIT]}); {outcome}"
-            document["finished"] = datetime.now(UTC).isoformat()
-            save()
+                except StepFailed as again:
+                    failed.detail += f" (and draining again failed: {again})"
+                fields["drain_reason"] = reason
+                outcome = f"{node} stays drained ({reason}); {outcome}"
+            record.finish(step_result(error), **fields)
             console.print(f"[red]replace-node {node} {step_result(error)} at {failed.name}[/]: {failed.detail}",
                           highlight=False)
             console.print(outcome, highlight=False)
             return exit_code_for(error)
-        document.update({"result": "in service", "finished": datetime.now(UTC).isoformat()})
-        save()
+        record.finish("in service")
         done = ("replaced, certified and back in service" if gpu_node
-                else f"({', '.join(document['roles'])}) rebuilt, the cluster in service")
-        console.print(f"[green]{node} {done}[/]; record: {record}", highlight=False)
+                else f"({', '.join(record.document['roles'])}) rebuilt, the cluster in service")
+        console.print(f"[green]{node} {done}[/]; record: {record.folder}", highlight=False)
         return EXIT_OK

@@ -16,10 +16,8 @@ run record, `upgrade.json`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +25,13 @@ from rich.console import Console
 
 from provisioner.ansible.ledger import node_history
 from provisioner.ansible.lock import inventory_lock
-from provisioner.ansible.records import new_record_dir, read_summary, write_private
+from provisioner.ansible.playbooks import drain_reason
 from provisioner.ansible.runner import EXIT_FAILED, EXIT_OK
 from provisioner.errors import InputError, InputProblem
 from provisioner.facts.fleet import table as fleet_table
 from provisioner.inventory.loader import Inventory
-from provisioner.operations.replace_node import (
-    REASON_LIMIT,
+from provisioner.operations.lifecycle import (
+    CommandRecord,
     FleetRead,
     StepFailed,
     StepRecord,
@@ -41,10 +39,10 @@ from provisioner.operations.replace_node import (
     check_in_service,
     drain_nodes,
     exit_code_for,
-    handed_playbook,
+    now,
     read_fleet,
+    read_slurm,
     release_reservation,
-    run_step,
     step_playbook,
     step_result,
     wait_for_idle,
@@ -158,40 +156,27 @@ def next_batch(todo: list[str], out_now: list[str], size: int, max_unavailable: 
 
 
 class _Rollout:
-    """One `provision upgrade`: the record, the steps, the cluster reads."""
+    """One `provision upgrade`: its record, its steps, its reads of the cluster."""
 
-    def __init__(self, request: UpgradeRequest, console: Console, record: Path, nodes: list[str]):
-        self.request, self.console, self.record = request, console, record
+    def __init__(self, request: UpgradeRequest, console: Console, nodes: list[str]):
+        self.request, self.console = request, console
         self.nodes = nodes
         self.unreachable: list[str] = []
-        self.steps: dict[str, list[StepRecord]] = {}
-        self.document: dict[str, Any] = {
-            "command": "upgrade", "argv": request.argv, "inventory": request.inventory.name,
-            "reason": request.reason, "batch": request.batch, "max_unavailable": request.max_unavailable,
-            "started": datetime.now(UTC).isoformat(timespec="seconds"), "batches": [], "skipped": {},
-            "unreachable": [], "nodes": {}}
-
-    def save(self) -> None:
-        nodes = {node: {**self.document["nodes"].get(node, {}), "steps": [asdict(s) for s in steps]}
-                 for node, steps in self.steps.items()}
-        write_private(self.record / "upgrade.json", json.dumps({**self.document, "nodes": nodes}, indent=2) + "\n")
+        self.record = CommandRecord(request.runs_dir, "upgrade", {
+            "argv": request.argv, "inventory": request.inventory.name, "reason": request.reason,
+            "batch": request.batch, "max_unavailable": request.max_unavailable, "started": now(), "batches": [],
+            "skipped": {}, "unreachable": [], "nodes": {}}, console)
+        self.document = self.record.document
 
     def cluster(self) -> tuple[dict[str, set[str]], dict[str, str]]:
-        handed, _ = handed_playbook(self.request, self.console, "upgrade-states", "slurm_states.yml",
-                                    "_states_output", {})
-        return slurm.node_states(handed["sinfo"]), slurm.node_reasons(handed.get("reasons", ""))
+        read = read_slurm(self.request, self.console, "upgrade-states")
+        return read.states, read.reasons
 
     def fleet(self) -> FleetRead:
         return read_fleet(self.request, self.console, "upgrade-versions")
 
     def step(self, nodes: list[str], name: str, action: Callable[[StepRecord], None]) -> None:
-        """Run one step for these nodes (one record each, the same outcome); StepFailed goes on up."""
-        current = StepRecord(name, datetime.now(UTC).isoformat(timespec="seconds"))
-        for node in nodes:
-            self.steps.setdefault(node, []).append(current)
-        self.save()
-        self.console.rule(f"upgrade {', '.join(nodes)}: {name}")
-        run_step(current, action, self.save)
+        self.record.step(nodes, name, action)
 
     # The steps.
 
@@ -203,18 +188,18 @@ class _Rollout:
         extravars: dict[str, Any] = {}
         if self.request.allow_firmware_update:
             extravars["firmware_update_allowed"] = True
-        record = step_playbook(self.request, self.console, "upgrade-node", "upgrade_node.yml", extravars,
-                               limit=",".join(nodes))
-        step.run_record = str(record)
-        done = (read_summary(record).get("recorded") or {}).get("provision_upgrade") or {}
+        outcome = step_playbook(self.request, self.console, "upgrade-node", "upgrade_node.yml", extravars,
+                                limit=",".join(nodes))
+        step.run_record = str(outcome.record)
+        done = (outcome.summary.get("recorded") or {}).get("provision_upgrade") or {}
         step.evidence["nodes"] = {node: done.get(node, {}) for node in nodes}
         for node in nodes:
-            self.document["nodes"].setdefault(node, {})["changes"] = done.get(node, {}).get("changes", [])
-            self.document["nodes"][node]["rebooted_for"] = done.get(node, {}).get("reboot", [])
+            self.record.node(node)["changes"] = done.get(node, {}).get("changes", [])
+            self.record.node(node)["rebooted_for"] = done.get(node, {}).get("reboot", [])
 
     def build(self, nodes: list[str], step: StepRecord) -> None:
         step.run_record = str(step_playbook(self.request, self.console, "upgrade-build", "site.yml",
-                                            {"slurm_nodes_held_drained": nodes}, limit=",".join(nodes)))
+                                            {"slurm_nodes_held_drained": nodes}, limit=",".join(nodes)).record)
 
     def verify_versions(self, nodes: list[str], step: StepRecord) -> None:
         fleet = self.fleet()
@@ -263,13 +248,13 @@ class _Rollout:
         for node in batch:
             self.step([node], "certify", lambda s, node=node: self.certify(node, batch, s))
             self.step([node], "resume", lambda s, node=node: self.resume(node, s))
-            self.document["nodes"].setdefault(node, {})["result"] = "upgraded"
+            self.record.node(node)["result"] = "upgraded"
 
     def fail_batch(self, batch: list[str]) -> str:
         """Leave the batch's nodes not yet resumed drained, the failed step as the reason."""
-        left = [node for node in batch if self.document["nodes"].get(node, {}).get("result") != "upgraded"]
-        failed = next(s for s in reversed(self.steps[left[0]]) if not s.ok) if left else None
-        reason = " ".join(f"{REASON_PREFIX} {failed.name}: {failed.detail}".split()) if failed else REASON_PREFIX
+        left = [node for node in batch if self.record.node(node).get("result") != "upgraded"]
+        failed = next(s for s in reversed(self.record.steps[left[0]]) if not s.ok) if left else None
+        reason = drain_reason(f"{REASON_PREFIX} {failed.name}: {failed.detail}" if failed else REASON_PREFIX)
         try:
             self.drain(left, reason, wait=False)
             for node in left:
@@ -278,9 +263,8 @@ class _Rollout:
             if failed:
                 failed.detail += f" (and draining again failed: {error})"
         for node in left:
-            self.document["nodes"].setdefault(node, {}).update(
-                {"result": "failed", "drain_reason": reason[:REASON_LIMIT]})
-        return reason[:REASON_LIMIT]
+            self.record.node(node).update({"result": "failed", "drain_reason": reason})
+        return reason
 
 
 def reservation_name(node: str) -> str:
@@ -293,14 +277,13 @@ def upgrade(request: UpgradeRequest, console: Console) -> int:
     nodes = check_request(request)
     size = batch_size(request.batch, len(request.inventory.group("gpu_nodes")))
     with inventory_lock(request.inventory.directory, "upgrade", covers_nested=True):
-        record = new_record_dir(request.runs_dir, "upgrade-steps")
-        rollout = _Rollout(request, console, record, nodes)
+        rollout = _Rollout(request, console, nodes)
+        record = rollout.record
         try:
             states, reasons = rollout.cluster()
             fleet = rollout.fleet()
         except StepFailed as error:
-            rollout.document.update({"result": step_result(error), "detail": f"reading the cluster: {error}"})
-            rollout.save()
+            record.finish(step_result(error), detail=f"reading the cluster: {error}")
             console.print(f"[red]upgrade: the cluster could not be read[/]: {error}", highlight=False)
             return exit_code_for(error)
         differing = {row["host"] for row in fleet.differences}
@@ -321,9 +304,8 @@ def upgrade(request: UpgradeRequest, console: Console) -> int:
                 named = [f"{node} unreachable" if node in rollout.unreachable else node for node in out_now]
                 detail = (f"{len(out_now)} GPU node(s) out of service ({', '.join(named)}): --max-unavailable "
                           f"{request.max_unavailable} leaves no room for another node")
-                rollout.document.update({"result": "stopped", "detail": detail, "remaining": todo})
-                rollout.save()
-                console.print(f"[red]upgrade stopped[/]: {detail}; record: {record}", highlight=False)
+                record.finish("stopped", detail=detail, remaining=todo)
+                console.print(f"[red]upgrade stopped[/]: {detail}; record: {record.folder}", highlight=False)
                 return EXIT_FAILED
             rollout.document["batches"].append(batch)
             try:
@@ -331,26 +313,21 @@ def upgrade(request: UpgradeRequest, console: Console) -> int:
             except StepFailed as error:
                 reason = rollout.fail_batch(batch)
                 remaining = [node for node in todo if node not in batch]
-                rollout.document.update({"result": step_result(error), "failed_batch": batch, "remaining": remaining,
-                                         "finished": datetime.now(UTC).isoformat(timespec="seconds")})
-                rollout.save()
+                record.finish(step_result(error), failed_batch=batch, remaining=remaining)
                 console.print(f"[red]upgrade {step_result(error)} on {', '.join(batch)}[/] ({reason}); they stay "
-                              f"drained, {', '.join(remaining) or 'no node'} left as they were; record: {record}",
-                              highlight=False)
+                              f"drained, {', '.join(remaining) or 'no node'} left as they were; record: "
+                              f"{record.folder}", highlight=False)
                 return exit_code_for(error)
             todo = [node for node in todo if node not in batch]
             if todo:
                 try:
                     states = rollout.cluster()[0]
                 except StepFailed as error:
-                    rollout.document.update({"result": step_result(error), "detail": f"reading the cluster: {error}",
-                                             "remaining": todo})
-                    rollout.save()
+                    record.finish(step_result(error), detail=f"reading the cluster: {error}", remaining=todo)
                     console.print(f"[red]upgrade stopped[/]: the cluster could not be read: {error}", highlight=False)
                     return exit_code_for(error)
-        rollout.document.update({"result": "upgraded", "finished": datetime.now(UTC).isoformat(timespec="seconds")})
-        rollout.save()
+        record.finish("upgraded")
         upgraded = rollout.document["batches"]
         console.print(f"[green]upgrade done[/]: {sum(len(b) for b in upgraded)} node(s) upgraded in {len(upgraded)} "
-                      f"batch(es), {len(plan.skipped)} skipped; record: {record}", highlight=False)
+                      f"batch(es), {len(plan.skipped)} skipped; record: {record.folder}", highlight=False)
         return EXIT_OK

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,12 @@ import pytest
 from rich.console import Console
 
 import provisioner.operations.replace_node as replace_module
-from provisioner.ansible.records import new_record_dir
-from provisioner.ansible.runner import EXIT_INTERRUPTED, EXIT_OK, RunOutcome, RunRequest
+from provisioner.ansible.runner import EXIT_INTERRUPTED, EXIT_OK, RunRequest
 from provisioner.inventory.loader import Inventory, load_inventory
 from provisioner.operations.replace_node import ReplaceRequest, replace_node
 from provisioner.operations.upgrade import UpgradeRequest, upgrade
 from provisioner.paths import PROJECT_ROOT
+from tests.helpers import StandInCluster
 
 
 @pytest.fixture
@@ -31,32 +30,6 @@ def inventory(tmp_path: Path) -> Inventory:
     copy = tmp_path / "inventory"
     shutil.copytree(PROJECT_ROOT / "inventory" / "example", copy)
     return load_inventory(str(copy))
-
-
-class Playbooks:
-    """Stands in for run_playbook: answers each playbook with `answer(request)` (an exit code, or
-    an exception to raise) and keeps every request."""
-
-    def __init__(self, answer: Callable[[RunRequest], int | BaseException]):
-        self.answer = answer
-        self.requests: list[RunRequest] = []
-
-    def __call__(self, request: RunRequest, console: Console | None = None) -> RunOutcome:
-        self.requests.append(request)
-        record = new_record_dir(request.runs_dir, request.command)
-        answer = self.answer(request)
-        if isinstance(answer, BaseException):
-            raise answer
-        if request.playbook == "slurm_states.yml":
-            Path(request.extravars["_states_output"]).write_text(json.dumps(
-                {"sinfo": "gpu01|idle\ngpu02|idle\n", "reasons": "gpu01|none\ngpu02|none\n"}))
-        if request.playbook == "fleet_versions.yml":
-            Path(request.extravars["_fleet_output"]).write_text(json.dumps(
-                {"differences": [], "nodes": ["gpu01", "gpu02"]}))
-        return RunOutcome(answer, record, {"hosts": {}})
-
-    def drains(self) -> list[dict[str, Any]]:
-        return [r.extravars for r in self.requests if r.playbook == "drain.yml"]
 
 
 def quiet() -> Console:
@@ -70,8 +43,7 @@ def test_an_interrupted_replace_node_leaves_the_node_drained_and_exits_130(
         first_drain = request.playbook == "drain.yml" and request.extravars["_drain_wait_s"] > 0
         return interruption if first_drain else EXIT_OK
 
-    playbooks = Playbooks(answer)
-    monkeypatch.setattr(replace_module, "run_playbook", playbooks)
+    playbooks = StandInCluster(answer=answer).install(monkeypatch)
     # The example's machines do not exist: the operator vouched for the new machine's key.
     monkeypatch.setattr(replace_module, "trusted_host_keys", lambda *args: [])
     runs = tmp_path / "runs"
@@ -94,8 +66,7 @@ def test_an_interrupted_upgrade_stops_with_its_batch_drained_the_rest_untouched_
     def answer(request: RunRequest) -> int | BaseException:
         return interruption if request.playbook == "upgrade_node.yml" else EXIT_OK
 
-    playbooks = Playbooks(answer)
-    monkeypatch.setattr(replace_module, "run_playbook", playbooks)
+    playbooks = StandInCluster(answer=answer).install(monkeypatch)
     runs = tmp_path / "runs"
     code = upgrade(UpgradeRequest(inventory=inventory, runs_dir=runs, reason="driver 550"), quiet())
 
@@ -114,8 +85,7 @@ def test_an_interrupted_upgrade_stops_with_its_batch_drained_the_rest_untouched_
 
 
 def test_a_failed_step_still_exits_1(inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    playbooks = Playbooks(lambda request: 1 if request.playbook == "upgrade_node.yml" else EXIT_OK)
-    monkeypatch.setattr(replace_module, "run_playbook", playbooks)
+    StandInCluster(answer=lambda request: 1 if request.playbook == "upgrade_node.yml" else EXIT_OK).install(monkeypatch)
     runs = tmp_path / "runs"
     assert upgrade(UpgradeRequest(inventory=inventory, runs_dir=runs), quiet()) == 1
     document = json.loads(next(runs.glob("*-upgrade-steps")).joinpath("upgrade.json").read_text())
@@ -132,3 +102,31 @@ def test_an_interrupt_outside_any_run_exits_130(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(cli, "cmd_plan", interrupted)
     assert cli.main(["plan", "--model", "7B", "--gpu", "H100", "--nodes", "1"]) == 130
     assert "interrupted" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("handed_back", [True, False], ids=["differences handed back", "another failure"])
+def test_a_build_that_failed_on_the_fleets_differences_names_them(
+        inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handed_back: bool):
+    """The firmware role hands a node's differences back as data (set_stats); replace-node
+    reports them as the build's failure, without reading the fleet again or matching text."""
+    cluster = StandInCluster(answer=lambda request: 2 if request.playbook == "replace_node.yml" else EXIT_OK)
+    row = {"host": "gpu01", "component": "hca_firmware mlx5_0", "found": "28.39.1002", "expected": "28.40.1000"}
+    if handed_back:
+        cluster.recorded["replace_node.yml"] = {"provision_fleet_differences": {"gpu01": [row], "gpu02": []}}
+    cluster.install(monkeypatch)
+    key = replace_module.known_hosts.HostKey("ssh-ed25519 AAAAC3", "SHA256:stand-in", "ED25519")
+    monkeypatch.setattr(replace_module.known_hosts, "scan", lambda *args: [key])
+    monkeypatch.setattr(replace_module.known_hosts, "record", lambda *args: None)
+    runs = tmp_path / "runs"
+    assert replace_node(ReplaceRequest(inventory=inventory, node="gpu01", runs_dir=runs,
+                                       accept_host_key=key.fingerprint), quiet()) == 1
+    document = json.loads(next(runs.glob("*-replace-node-steps")).joinpath("replace-node.json").read_text())
+    build = document["steps"][-1]
+    assert document["failed_step"] == "build" == build["name"]
+    if handed_back:
+        assert build["detail"] == "differs from the fleet: hca_firmware mlx5_0 28.39.1002 (expected 28.40.1000)"
+        assert build["evidence"]["differences"] == [row]
+        assert "28.39.1002" in cluster.drains()[-1]["_drain"][0]["reason"]
+    else:
+        assert build["detail"] == "replace_node.yml exited 2"
+    assert "fleet_versions.yml" not in [r.playbook for r in cluster.requests]

@@ -86,7 +86,7 @@ def test_a_command_covers_its_own_runs_and_the_lock_refuses_everyone_else(tmp_pa
 def test_any_host_can_be_replaced_and_its_roles_are_recorded():
     from provisioner.errors import InputError
     from provisioner.inventory.loader import load_inventory
-    from provisioner.operations.replace_node import check_host, host_roles
+    from provisioner.operations.lifecycle import check_host, host_roles
 
     inventory = load_inventory("example")
     check_host(inventory, "ctl01")

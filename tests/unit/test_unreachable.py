@@ -15,12 +15,14 @@ import yaml
 from rich.console import Console
 
 import provisioner.operations.replace_node as replace_module
-from provisioner.ansible.records import SUMMARY, new_record_dir
+from provisioner.ansible import playbooks
+from provisioner.ansible.records import new_record_dir
 from provisioner.ansible.runner import EXIT_FAILED, EXIT_OK, RunOutcome, RunRequest
 from provisioner.inventory.loader import Inventory, load_inventory
-from provisioner.operations.replace_node import StepFailed, handed_playbook
+from provisioner.operations.lifecycle import StepFailed, StepRecord, handed_playbook
 from provisioner.operations.upgrade import UpgradeRequest, upgrade
 from provisioner.paths import PROJECT_ROOT
+from tests.helpers import StandInCluster
 
 ANSWERING = ["gpu01", "gpu02"]
 DEAD = "gpu03"
@@ -37,48 +39,10 @@ def inventory(tmp_path: Path) -> Inventory:
     return load_inventory(str(copy))
 
 
-class Cluster:
-    """Stands in for run_playbook and run_certification on a cluster where gpu03 is dead: Slurm
-    still lists it idle (it has not noticed yet); SSH to it fails."""
-
-    def __init__(self) -> None:
-        self.requests: list[RunRequest] = []
-        self.certified_pairs: list[list[str]] = []
-        self.busy: set[str] = set()
-
-    def run_playbook(self, request: RunRequest, console: Console | None = None) -> RunOutcome:
-        self.requests.append(request)
-        record = new_record_dir(request.runs_dir, request.command)
-        summary: dict[str, Any] = {"hosts": {}, "hosts_failed": [], "hosts_unreachable": [], "recorded": {}}
-        code = EXIT_OK
-        if request.playbook == "slurm_states.yml":
-            Path(request.extravars["_states_output"]).write_text(json.dumps(
-                {"sinfo": "".join(f"gpu0{n}|{'allocated' if f'gpu0{n}' in self.busy else 'idle'}\n"
-                                  for n in (1, 2, 3)),
-                 "reasons": "".join(f"gpu0{n}|none\n" for n in (1, 2, 3))}))
-        if request.playbook == "fleet_versions.yml":  # gpu03 unreachable: left out of ansible_play_hosts
-            Path(request.extravars["_fleet_output"]).write_text(json.dumps({"differences": [], "nodes": ANSWERING}))
-            summary["hosts_unreachable"], code = [DEAD], EXIT_FAILED
-        (record / SUMMARY).write_text(json.dumps(summary))
-        return RunOutcome(code, record, summary)
-
-    def run_certification(self, request: Any, console: Console) -> tuple[int, Path, dict[str, Any]]:
-        self.certified_pairs.append(list(request.nodes))
-        verdicts = {node: {"certified": True} for node in request.nodes}
-        return EXIT_OK, request.runs_dir, {"certified": True, "node_verdicts": verdicts, "checks": []}
-
-    def touched(self, node: str) -> list[str]:
-        """The playbooks that were limited to the node or drained, resumed or reserved it."""
-        return [r.playbook for r in self.requests
-                if node in (r.limit or "").split(",") or node in json.dumps(r.extravars)]
-
-
 @pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> Cluster:
-    stand_in = Cluster()
-    monkeypatch.setattr(replace_module, "run_playbook", stand_in.run_playbook)
-    monkeypatch.setattr(replace_module, "run_certification", stand_in.run_certification)
-    return stand_in
+def cluster(monkeypatch: pytest.MonkeyPatch) -> StandInCluster:
+    """gpu03 is dead: Slurm still lists it idle (it has not noticed yet); SSH to it fails."""
+    return StandInCluster(nodes=("gpu01", "gpu02", DEAD), unreachable=(DEAD,)).install(monkeypatch)
 
 
 def quiet() -> Console:
@@ -90,7 +54,7 @@ def record_of(runs: Path) -> dict[str, Any]:
 
 
 def test_an_unreachable_node_counts_against_max_unavailable_and_stops_the_upgrade_before_it_starts(
-        inventory: Inventory, cluster: Cluster, tmp_path: Path):
+        inventory: Inventory, cluster: StandInCluster, tmp_path: Path):
     runs = tmp_path / "runs"
     assert upgrade(UpgradeRequest(inventory=inventory, runs_dir=runs, reason="driver 550"), quiet()) == EXIT_FAILED
     document = record_of(runs)
@@ -103,7 +67,7 @@ def test_an_unreachable_node_counts_against_max_unavailable_and_stops_the_upgrad
 
 
 def test_with_room_the_others_are_upgraded_and_the_unreachable_node_is_never_a_partner(
-        inventory: Inventory, cluster: Cluster, tmp_path: Path):
+        inventory: Inventory, cluster: StandInCluster, tmp_path: Path):
     runs = tmp_path / "runs"
     request = UpgradeRequest(inventory=inventory, runs_dir=runs, reason="driver 550", max_unavailable=2)
     assert upgrade(request, quiet()) == EXIT_OK
@@ -138,7 +102,7 @@ class _Answer:
 ], ids=["failed and unreachable", "all unreachable", "not tolerated"])
 def test_what_a_tolerant_read_still_refuses(inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             summary: dict[str, Any], writes: bool, tolerate: bool, message: str):
-    monkeypatch.setattr(replace_module, "run_playbook", _Answer(summary, writes))
+    monkeypatch.setattr(playbooks, "run_playbook", _Answer(summary, writes))
     request = UpgradeRequest(inventory=inventory, runs_dir=tmp_path / "runs")
     with pytest.raises(StepFailed, match=message):
         handed_playbook(request, quiet(), "upgrade-versions", "fleet_versions.yml", "_fleet_output", {},
@@ -148,7 +112,7 @@ def test_what_a_tolerant_read_still_refuses(inventory: Inventory, tmp_path: Path
 def test_a_tolerant_read_with_only_unreachable_hosts_hands_back_what_the_others_answered(
         inventory: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     summary = {"hosts": {}, "hosts_failed": [], "hosts_unreachable": ["gpu02"]}
-    monkeypatch.setattr(replace_module, "run_playbook", _Answer(summary, writes=True))
+    monkeypatch.setattr(playbooks, "run_playbook", _Answer(summary, writes=True))
     request = UpgradeRequest(inventory=inventory, runs_dir=tmp_path / "runs")
     handed, _ = handed_playbook(request, quiet(), "upgrade-versions", "fleet_versions.yml", "_fleet_output", {},
                                 tolerate_unreachable=True)
@@ -161,9 +125,9 @@ def test_replace_node_compares_with_the_nodes_that_answer(inventory: Inventory, 
     """gpu02 does not answer: replacing gpu01 compares it with the others and names gpu02; a
     replaced node that does not answer itself fails its check."""
     summary = {"hosts": {}, "hosts_failed": [], "hosts_unreachable": ["gpu02"]}
-    monkeypatch.setattr(replace_module, "run_playbook", _Answer(summary, writes=True))
+    monkeypatch.setattr(playbooks, "run_playbook", _Answer(summary, writes=True))
     request = replace_module.ReplaceRequest(inventory=inventory, node=node, runs_dir=tmp_path / "runs")
-    step = replace_module.StepRecord("verify versions", "")
+    step = StepRecord("verify versions", "")
     if passes:
         replace_module._verify_versions(request, quiet(), step)
         assert step.evidence["unreachable"] == ["gpu02", "gpu03"] and step.evidence["nodes_compared"] == ["gpu01"]
@@ -174,7 +138,7 @@ def test_replace_node_compares_with_the_nodes_that_answer(inventory: Inventory, 
 
 @pytest.mark.parametrize("busy, partner", [(set(), "gpu02"), ({"gpu02"}, None)], ids=["gpu02 idle", "gpu02 busy"])
 def test_replace_node_never_pairs_with_a_node_that_did_not_answer(
-        inventory: Inventory, cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        inventory: Inventory, cluster: StandInCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         busy: set[str], partner: str | None):
     """gpu03 is dead but Slurm still lists it idle: with gpu02 busy, replace-node waits for a
     partner (here not at all) rather than certifying with gpu03."""
