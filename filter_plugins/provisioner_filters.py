@@ -141,6 +141,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def monitoring_receiver_problems(receivers: Any) -> list[str]:
+    """What is wrong with monitoring_alert_receivers (the inventory validation's rules), never its values."""
+    return [f"monitoring_alert_receivers{key}: {message}"
+            for key, message in monitoring.receiver_problems(_plain(receivers))]
+
+
 def alertmanager_config(receivers: list[dict[str, Any]], group_wait: str, group_interval: str,
                         repeat_interval: str) -> dict[str, Any]:
     return monitoring.alertmanager_config(_plain(list(receivers or [])), group_wait, group_interval, repeat_interval)
@@ -252,6 +258,7 @@ class FilterModule:
             "monitoring_tls_names": monitoring_tls_names,
             "web_password_hash": web_password_hash,
             "alertmanager_config": alertmanager_config,
+            "monitoring_receiver_problems": monitoring_receiver_problems,
             "grafana_dashboard": grafana_dashboard,
             "dcgm_counter_fields": dcgm_counter_fields,
             "dcgm_exporter_problems": dcgm_exporter_problems,

@@ -8,8 +8,10 @@ drain. The checks of a running stack (targets down, exporters missing GPUs) live
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import hmac
+import re
 from typing import Any
 
 import bcrypt
@@ -76,6 +78,50 @@ def tls_names(hosts: list[str], hostvars: Any) -> dict[str, list[str]]:
                       str(variables.get("monitoring_listen_address") or ""))
         names[host] = list(dict.fromkeys(a for a in candidates if a and "{{" not in a))
     return names
+
+
+# Alertmanager receivers the inventory may declare: each type's required keys, and the optional ones.
+RECEIVER_KEYS = {"webhook": ("url",), "slack": ("url", "channel"), "email": ("to", "from", "smarthost")}
+RECEIVER_OPTIONAL = {"name", "type", "severities", "send_resolved", "auth_username", "auth_password", "require_tls"}
+SEVERITIES = ("critical", "warning")
+
+
+def receiver_problems(receivers: Any, text_types: tuple[type, ...] = (str,)) -> list[tuple[str, str]]:
+    """What is wrong with monitoring_alert_receivers, as (key under it, message) pairs; the
+    messages never show a receiver's values (URLs and passwords are secrets). text_types: what
+    counts as a text value (the inventory loader adds its Vault-encrypted values)."""
+    if not isinstance(receivers, list):
+        return [("", "monitoring_alert_receivers must be a list of receivers")]
+    problems: list[tuple[str, str]] = []
+    names: set[str] = set()
+    for index, receiver in enumerate(receivers):
+        key = f"[{index}]"
+        if not isinstance(receiver, dict):
+            problems.append((key, "a receiver is a mapping {name, type, ...}"))
+            continue
+        name, kind = receiver.get("name"), receiver.get("type")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "null":
+            problems.append((f"{key}.name", "a receiver needs a name of letters, digits, '.', '_' or '-' (not 'null')"))
+        elif name in names:
+            problems.append((f"{key}.name", f"receiver {name!r} is declared twice"))
+        names.add(str(name))
+        if not isinstance(kind, str) or kind not in RECEIVER_KEYS:
+            shown = repr(kind) if len(repr(kind)) <= 40 else repr(kind)[:37] + "..."
+            problems.append((f"{key}.type", f"{shown} is not a receiver type: webhook, slack or email"))
+            continue
+        for needed in RECEIVER_KEYS[kind]:
+            if not isinstance(receiver.get(needed), text_types) or not receiver[needed]:
+                problems.append((f"{key}.{needed}", f"a {kind} receiver needs {needed}"))
+        known = sorted(RECEIVER_OPTIONAL | set(RECEIVER_KEYS[kind]))
+        for extra in sorted({str(k) for k in receiver} - set(known)):
+            close = difflib.get_close_matches(extra, known, n=1, cutoff=0.6)
+            problems.append((f"{key}.{extra}", f"unknown key for a {kind} receiver"
+                             + (f" (did you mean {close[0]!r}?)" if close else "")))
+        severities = receiver.get("severities", ["critical"])
+        if not isinstance(severities, list) or not severities or \
+                not all(isinstance(s, str) and s in SEVERITIES for s in severities):
+            problems.append((f"{key}.severities", "severities is a list of critical and/or warning"))
+    return problems
 
 
 def _receiver(receiver: dict[str, Any]) -> dict[str, Any]:

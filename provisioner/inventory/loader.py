@@ -20,6 +20,7 @@ from provisioner.ansible.redact import SECRET_KEYS_WITHIN, SECRET_NAME
 from provisioner.ansible.vault import is_vault_file
 from provisioner.errors import InputError, InputProblem
 from provisioner.facts.cuda_compat import torch_driver_problem
+from provisioner.facts.monitoring import receiver_problems
 from provisioner.facts.munge import munge_key_problem
 from provisioner.facts.nccl_profiles import load_profiles
 from provisioner.facts.nccl_variables import variable_problem
@@ -544,41 +545,11 @@ def _check_nccl_opt_in(defined: Defined, variables: dict[str, Defined], reader: 
 
 
 # Alert receiver types and the keys each needs (values are not echoed: URLs carry tokens).
-RECEIVER_KEYS = {"webhook": ("url",), "slack": ("url", "channel"), "email": ("to", "from", "smarthost")}
-RECEIVER_OPTIONAL = {"name", "type", "severities", "send_resolved", "auth_username", "auth_password", "require_tls"}
 
 
 def _check_alert_receivers(defined: Defined, reader: _Reader) -> None:
-    if not isinstance(defined.value, list):
-        reader.problem(defined.key, "monitoring_alert_receivers must be a list of receivers", defined.file)
-        return
-    names: set[str] = set()
-    for index, receiver in enumerate(defined.value):
-        key = f"{defined.key}[{index}]"
-        if not isinstance(receiver, dict):
-            reader.problem(key, "a receiver is a mapping {name, type, ...}", defined.file)
-            continue
-        name, kind = receiver.get("name"), receiver.get("type")
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "null":
-            reader.problem(f"{key}.name", "a receiver needs a name of letters, digits, '.', '_' or '-' (not 'null')",
-                           defined.file)
-        elif name in names:
-            reader.problem(f"{key}.name", f"receiver {name!r} is declared twice", defined.file)
-        names.add(str(name))
-        if not isinstance(kind, str) or kind not in RECEIVER_KEYS:
-            reader.problem(f"{key}.type", f"{_shown(kind)} is not a receiver type: webhook, slack or email",
-                           defined.file)
-            continue
-        for needed in RECEIVER_KEYS[kind]:
-            if not isinstance(receiver.get(needed), str | VaultValue) or not receiver[needed]:
-                reader.problem(f"{key}.{needed}", f"a {kind} receiver needs {needed}", defined.file)
-        for extra in sorted({str(k) for k in receiver} - RECEIVER_OPTIONAL - set(RECEIVER_KEYS[kind])):
-            reader.problem(f"{key}.{extra}", f"unknown key for a {kind} receiver"
-                           f"{_suggest(extra, sorted(RECEIVER_OPTIONAL | set(RECEIVER_KEYS[kind])))}", defined.file)
-        severities = receiver.get("severities", ["critical"])
-        if not isinstance(severities, list) or not severities or \
-                not all(isinstance(s, str) and s in ("critical", "warning") for s in severities):
-            reader.problem(f"{key}.severities", "severities is a list of critical and/or warning", defined.file)
+    for key, message in receiver_problems(defined.value, (str, VaultValue)):
+        reader.problem(defined.key + key, message, defined.file)
 
 
 def _check_version(defined: Defined, reader: _Reader) -> None:

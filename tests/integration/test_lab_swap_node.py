@@ -14,6 +14,7 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.lab import cluster
+from provisioner.lab.ssh import host_key_fingerprint
 from provisioner.lab.state import update_state
 from tests.helpers import last_document
 
@@ -66,7 +67,7 @@ def test_a_replacement_with_other_hca_firmware_stays_drained_naming_it(runs: Pat
     update_state(hw, other_firmware)
     try:
         assert main(["replace-node", "gpu02", "--inventory", LAB, "--reason", "swap test",
-                     "--accept-new-host-key", cluster.host_key_fingerprint("gpu02")]) == 1
+                     "--accept-new-host-key", host_key_fingerprint("gpu02")]) == 1
         state, reason = sinfo_node("gpu02").split("|", 1)
         assert state.startswith("drain") and "firmware" in reason.lower() and OTHER_FIRMWARE in reason
         document = steps_record(runs)
@@ -106,7 +107,7 @@ def test_a_destroyed_node_is_rebuilt_certified_and_back_in_service(runs: Path):
                  "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"]) == 2
     assert not list(runs.glob("*-replace-node-steps")), "a refused replace-node changed something"
     assert main(["replace-node", "gpu02", "--inventory", LAB, "--reason", "GPU 3 fell off the bus",
-                 "--accept-new-host-key", cluster.host_key_fingerprint("gpu02")]) == 0
+                 "--accept-new-host-key", host_key_fingerprint("gpu02")]) == 0
 
     document = steps_record(runs)
     assert [s["name"] for s in document["steps"]] == ["drain", "known hosts", "build", "verify versions", "certify",

@@ -15,6 +15,7 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.lab import cluster
+from provisioner.lab.ssh import host_key_fingerprint
 from tests.helpers import last_document
 
 from .conftest import monitoring_api, node_exec, wait_for
@@ -86,7 +87,7 @@ def test_the_controller_is_rebuilt_with_its_key_state_jobs_accounting_and_monito
     assert new_address != old_address
     assert node_exec("ctl01", "test", "-e", KEY).returncode != 0  # a bare machine
     assert main(["replace-node", "ctl01", "--inventory", LAB, "--reason", "controller board failed",
-                 "--accept-new-host-key", cluster.host_key_fingerprint("ctl01")]) == 0
+                 "--accept-new-host-key", host_key_fingerprint("ctl01")]) == 0
 
     document = last_document(runs, "replace-node-steps", "replace-node.json")
     assert document["roles"] == ["controller", "monitoring"]
