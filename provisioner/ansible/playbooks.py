@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from provisioner.ansible.runner import RunOutcome, RunRequest, run_playbook
-from provisioner.inventory.loader import Inventory
+from provisioner.inventory.model import Inventory
 
 # Slurm keeps a reason of any length, but sinfo's columns and the operators' eyes do not.
 REASON_LIMIT = 120

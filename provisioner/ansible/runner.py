@@ -22,7 +22,7 @@ from provisioner.ansible.progress import Progress, changes_table, failure_detail
 from provisioner.ansible.records import EVENTS, EventLog, make_private, new_record_dir, write_summary
 from provisioner.ansible.redact import Redactor, secret_values
 from provisioner.ansible.run_state import RunState
-from provisioner.inventory.loader import Inventory
+from provisioner.inventory.model import Inventory
 from provisioner.paths import ANSIBLE_CONFIG, CALLBACK_PLUGINS_DIR, PLAYBOOKS_DIR, ROLES_DIR
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

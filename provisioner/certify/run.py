@@ -25,7 +25,7 @@ from provisioner.certify.profiles import ProfileError, Thresholds, durations_s, 
 from provisioner.certify.progress import CertifyProgress
 from provisioner.certify.schedule import Round, base_rounds, estimate_s
 from provisioner.errors import InputError, InputProblem
-from provisioner.inventory.loader import Inventory
+from provisioner.inventory.model import Inventory
 
 PARTS = ("communication", "training")
 REPEATS = 3

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from provisioner.ansible import playbooks
 from provisioner.ansible.ledger import node_history
-from provisioner.inventory.loader import Inventory
+from provisioner.inventory.model import Inventory
 from provisioner.operations.lifecycle import check_gpu_node
 
 DRAIN_WAIT_S = 3600

@@ -23,7 +23,7 @@ from provisioner.ansible.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, R
 from provisioner.certify.jobs import busy_nodes
 from provisioner.certify.run import CertifyRequest, run_certification
 from provisioner.errors import InputError, InputProblem
-from provisioner.inventory.loader import Inventory
+from provisioner.inventory.model import Inventory
 from provisioner.parsers import slurm
 
 

@@ -29,7 +29,7 @@ from provisioner.ansible.playbooks import drain_reason
 from provisioner.ansible.runner import EXIT_FAILED, EXIT_OK
 from provisioner.errors import InputError, InputProblem
 from provisioner.facts.fleet import table as fleet_table
-from provisioner.inventory.loader import Inventory
+from provisioner.inventory.model import Inventory
 from provisioner.operations.lifecycle import (
     CommandRecord,
     FleetRead,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.errors import InputError, InputProblem
-from provisioner.inventory.loader import Inventory
+from provisioner.inventory.model import Inventory
 from provisioner.plan import formulas, hardware, sizing, sources
 from provisioner.plan.models import PRESETS, ModelShape, custom_shape
 

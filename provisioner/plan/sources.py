@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.errors import InputError, InputProblem
-from provisioner.inventory.loader import Inventory
+from provisioner.inventory.model import Inventory
 
 
 @dataclass(frozen=True)
