@@ -38,6 +38,43 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+MOLECULE_TEST = "test_molecule_scenario"
+
+
+def _run_group(item: pytest.Item) -> int:
+    """0: the lab modules (in their order: some reboot or grow the lab and must come last);
+    1: everything that needs no lab; 2: the Molecule scenarios, which run beside group 1."""
+    if getattr(item, "originalname", "") == MOLECULE_TEST:
+        return 2
+    return 0 if item.get_closest_marker("lab") else 1
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_run_group)  # stable: each group keeps the collection order
+
+
+def _molecule_roles(session: pytest.Session) -> list[str]:
+    return [item.callspec.params["role"] for item in session.items
+            if getattr(item, "originalname", "") == MOLECULE_TEST and hasattr(item, "callspec")]
+
+
+@pytest.fixture(scope="session")
+def scenario_runs(request: pytest.FixtureRequest):
+    """The selected Molecule scenarios, started side by side (tests/molecule_runs.py)."""
+    from tests.molecule_runs import scenarios_started
+
+    with scenarios_started(_molecule_roles(request.session)) as runs:
+        yield runs
+
+
+@pytest.fixture(autouse=True)
+def _molecule_beside_the_tests_without_lab(request: pytest.FixtureRequest) -> None:
+    """Once the lab modules are done, the Molecule scenarios start (when selected) and run
+    beside the tests that need no lab."""
+    if _run_group(request.node) == 1 and _molecule_roles(request.session):
+        request.getfixturevalue("scenario_runs")
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The time each test module took (setup, call and teardown together), slowest first, so
     the suite's budget is visible at the end of every run."""

@@ -9,6 +9,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from provisioner.cli import main
 from provisioner.lab import cluster
 from provisioner.lab.state import default_node_state, write_state
 from provisioner.parsers import slurm
+from tests.helpers import last_record
 
 LAB_NODES = 2
 LAB_GPUS = 8
@@ -31,12 +33,18 @@ def lab() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def provisioned_lab(lab: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The lab after one successful `provision apply` (drivers installed, versions recorded)."""
+def first_apply(lab: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run record of the session's first `provision apply` of the lab (it must succeed)."""
     runs = tmp_path_factory.mktemp("provisioned-runs")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PROVISION_RUNS_DIR", str(runs))
         assert main(["apply", "--inventory", "lab"]) == 0
+    return last_record(runs)
+
+
+@pytest.fixture(scope="session")
+def provisioned_lab(lab: dict[str, str], first_apply: Path) -> dict[str, str]:
+    """The lab after one successful `provision apply` (drivers installed, versions recorded)."""
     return lab
 
 
