@@ -41,16 +41,29 @@ def in_ci() -> bool:
 MOLECULE_TEST = "test_molecule_scenario"
 
 
+# The lab modules in the order they run: replace-node rebuilds machines, upgrade reboots the
+# GPU nodes, the wider fleet grows the lab to three GPU nodes and back; each leaves the lab in
+# service for the next. A lab module not named here runs after these.
+LAB_MODULE_ORDER = ["test_lab_apply.py", "test_lab_certify.py", "test_lab_fabric.py", "test_lab_monitoring.py",
+                    "test_lab_slurm.py", "test_lab_replace_node.py", "test_lab_replace_service_host.py",
+                    "test_lab_upgrade.py", "test_lab_wider_fleet.py"]
+
+
 def _run_group(item: pytest.Item) -> int:
-    """0: the lab modules (in their order: some reboot or grow the lab and must come last);
-    1: everything that needs no lab; 2: the Molecule scenarios, which run beside group 1."""
+    """0: the lab modules; 1: everything that needs no lab; 2: the Molecule scenarios, which run
+    beside group 1."""
     if getattr(item, "originalname", "") == MOLECULE_TEST:
         return 2
     return 0 if item.get_closest_marker("lab") else 1
 
 
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    module = item.path.name
+    return _run_group(item), LAB_MODULE_ORDER.index(module) if module in LAB_MODULE_ORDER else len(LAB_MODULE_ORDER)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=_run_group)  # stable: each group keeps the collection order
+    items.sort(key=_run_order)  # stable: each module keeps its tests' order
 
 
 def _molecule_roles(session: pytest.Session) -> list[str]:

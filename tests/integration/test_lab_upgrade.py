@@ -3,7 +3,7 @@ upgrade fails stops the rollout with the others untouched; a second run goes on 
 GPU node is drained, upgraded, rebooted (its container restarts), certified and resumed, one
 at a time, and Slurm never shows more than one of them out of service.
 
-(Named to run after the other lab modules: it reboots the GPU nodes; it leaves the lab at its
+(Run after the other lab modules, as tests/conftest.py orders them: it reboots the GPU nodes; it leaves the lab at its
 first driver again.)"""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """provision replace-node on the lab: a GPU node's machine swapped for a bare one, rebuilt,
 certified against a healthy node and returned to service; failures leave it drained.
 
-(Named to run after the other lab modules: it replaces gpu02's container.)"""
+(Run after the other lab modules, as tests/conftest.py orders them: it replaces gpu02's container.)"""
 
 from __future__ import annotations
 

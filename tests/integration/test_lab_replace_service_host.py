@@ -4,7 +4,7 @@ Nothing is lost: the munge key (recovered from the surviving nodes), Slurm's sta
 shared filesystem), the job (it runs to its end), its accounting record (the database
 restored from its dump), no node drained; Prometheus keeps its targets, rules and history.
 
-(Named to run after the other lab modules: it replaces ctl01's container.)"""
+(Run after the other lab modules, as tests/conftest.py orders them: it replaces ctl01's container.)"""
 
 from __future__ import annotations
 
