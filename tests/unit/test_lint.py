@@ -107,3 +107,12 @@ def test_every_task_that_sees_a_secret_is_no_log():
             if secret and not hidden:
                 offenders.append(f"{path.relative_to(ROOT)}: {task.get('name')} reads {', '.join(secret)}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_every_role_readme_is_in_step_with_its_argument_specs():
+    """Each role's README.md is generated from its meta/argument_specs.yml (scripts/role_readmes.py)."""
+    checked = subprocess.run([sys.executable, "scripts/role_readmes.py", "--check"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert sorted(p.parent.name for p in ROOT.glob("roles/*/README.md")) == sorted(
+        p.parent.parent.name for p in ROOT.glob("roles/*/meta/argument_specs.yml"))
