@@ -52,7 +52,7 @@ def render(role: Path) -> str:
     description = main.get("description")
     if description:
         lines += [_cell(" ".join(description) if isinstance(description, list) else description), ""]
-    lines += [f"Tasks: `tasks/main.yml` and its phases; tested by `molecule/` (`molecule test` in this folder).", ""]
+    lines += ["Tasks: `tasks/main.yml` and its phases; tested by `molecule/` (`molecule test` in this folder).", ""]
     for entry, spec in specs.items():
         options = spec.get("options") or {}
         title = "Variables" if entry == "main" else f"Variables of `tasks_from: {entry}`"
