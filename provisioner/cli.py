@@ -153,6 +153,8 @@ def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
                           help="attention scores are stored for the backward pass (5·a·s/h per layer)")
     for name in ("tensor-parallel", "pipeline-parallel", "data-parallel"):
         training.add_argument(f"--{name}", type=_degree, help="a degree, or recommend (the default)")
+    training.add_argument("--checkpoint-every", type=int, metavar="STEPS",
+                          help="with --certification: the overhead of saving a checkpoint every STEPS steps")
     training.add_argument("--mfu", type=float, default=0.40, help="assumed model FLOPs utilisation of compute")
     training.add_argument("--overlap", type=float, default=0.5,
                           help="fraction of the last backward pass that hides gradient traffic")
@@ -310,7 +312,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data_parallel=args.data_parallel, gpu=args.gpu, gpus_per_node=args.gpus_per_node, nodes=args.nodes,
         gpus=args.gpus, intra_node=args.intra_node, fabric=args.fabric, hcas_per_node=args.hcas_per_node,
         inventory=_load(args.inventory) if args.inventory else None,
-        certification=Path(args.certification) if args.certification else None, mfu=args.mfu,
+        certification=Path(args.certification) if args.certification else None,
+        checkpoint_every=args.checkpoint_every, mfu=args.mfu,
         overlap=args.overlap, memory_reserve=args.memory_reserve)
     try:
         document, code = plan(request), EXIT_OK

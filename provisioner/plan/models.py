@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 
 
 @dataclass(frozen=True)
@@ -69,3 +73,19 @@ def custom_shape(layers: int, hidden: int, heads: int, vocab: int, ffn: int | No
     """A dense decoder from its dimensions (SwiGLU MLP of 8h/3 unless ffn is given)."""
     return ModelShape("custom", layers, hidden, heads, kv_heads or heads, ffn or (8 * hidden) // 3, vocab,
                       source="given dimensions")
+
+
+def parse_count(text: str) -> float:
+    """7B, 6.7e9, 405b, 1.5T -> a number of parameters."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a parameter count (e.g. 7B, 6.7e9, 1.5T)")
+    return float(match.group(1)) * _SCALE[match.group(2).lower()]
+
+
+def model_parameters(text: str) -> tuple[str, float]:
+    """A preset's name (70B: its exact count) or a parameter count (20M) -> (name, parameters)."""
+    key = next((name for name in PRESETS if name.lower() == text.strip().lower()), None)
+    if key is not None:
+        return key, float(PRESETS[key].parameters)
+    return text.strip(), parse_count(text)

@@ -39,6 +39,21 @@ def _summary(document: dict) -> Table:
     return table
 
 
+def _print_checkpoint(console: Console, checkpoint: dict, nodes: int) -> None:
+    parts = ", ".join(f"{part['name']} {part['value']:.4g} GiB" for part in checkpoint["parts"])
+    console.print(f"checkpoint: {checkpoint['total_gib']:.4g} GiB ({parts}); "
+                  f"{checkpoint['shard_bytes'] / 2**30:.3g} GiB per rank, "
+                  f"{checkpoint['per_node_bytes'] / 2**30:.3g} GiB per node of {nodes}", highlight=False)
+    save = checkpoint.get("save")
+    if save:
+        console.print(f"checkpoint save {save['save_s']:.3g} s, load {save['load_s']:.3g} s (slowest node "
+                      f"{save['write_gbps_per_node']:.3g} GB/s write, {save['read_gbps_per_node']:.3g} GB/s read; "
+                      f"{save['source']})", highlight=False)
+        if "overhead" in save:
+            console.print(f"checkpoint every {save['every_steps']} steps: {save['overhead']['value']:.1%} of wall "
+                          f"time saving ({save['overhead']['worked']})", highlight=False)
+
+
 def print_plan(console: Console, document: dict) -> None:
     console.print(_summary(document))
     chosen = document.get("recommended") or document.get("closest")
@@ -53,6 +68,7 @@ def print_plan(console: Console, document: dict) -> None:
                               f"{chosen['gradient_bytes_per_step'] / 1e9:.3g} GB per GPU",
                               [chosen["gradients"], *chosen["communication"], chosen["compute"],
                                chosen["pipeline_bubble"]]))
+    _print_checkpoint(console, document["checkpoint"], document["cluster"]["nodes"])
     if document["fits"]:
         other = document["activations_other_mode"]
         console.print(f"{'with' if other['checkpointing'] else 'without'} full activation checkpointing: activations "

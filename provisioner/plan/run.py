@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.errors import InputError, InputProblem
 from provisioner.inventory.model import Inventory
-from provisioner.plan import formulas, hardware, sizing, sources
-from provisioner.plan.models import PRESETS, ModelShape, custom_shape
+from provisioner.plan import checkpoint, formulas, hardware, sizing, sources
+from provisioner.plan.models import PRESETS, ModelShape, custom_shape, parse_count
 
 ARGS = "command line"
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
-_SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 
 
 class DoesNotFit(Exception):
@@ -54,17 +51,10 @@ class PlanRequest:
     hcas_per_node: int | None = None
     inventory: Inventory | None = None
     certification: Path | None = None
+    checkpoint_every: int | None = None
     mfu: float = 0.40
     overlap: float = 0.5
     memory_reserve: float = 0.10
-
-
-def parse_count(text: str) -> float:
-    """7B, 6.7e9, 405b, 1.5T -> a number of parameters."""
-    match = _SIZE.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a parameter count (e.g. 7B, 6.7e9, 1.5T)")
-    return float(match.group(1)) * _SCALE[match.group(2).lower()]
 
 
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # about 4M tokens per step, the batch Llama 2 was trained with
@@ -175,7 +165,10 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
               global_batch=request.global_batch, tensor_parallel=request.tensor_parallel,
               pipeline_parallel=request.pipeline_parallel, data_parallel=request.data_parallel,
               nodes=request.nodes, gpus=request.gpus, gpus_per_node=request.gpus_per_node,
-              hcas_per_node=request.hcas_per_node)
+              hcas_per_node=request.hcas_per_node, checkpoint_every=request.checkpoint_every)
+    if request.checkpoint_every and request.certification is None:
+        problems.append(InputProblem(ARGS, "--checkpoint-every", "the overhead needs measured save times: give "
+                                     "--certification FILE (a certification with the storage part)"))
     cluster = _cluster(request, problems) if not problems else None
     if problems or shape is None or cluster is None:
         raise InputError(problems)
@@ -198,6 +191,29 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
     if problems:
         raise InputError(problems)
     return job, cluster, global_batch
+
+
+def _checkpoint(request: PlanRequest, job: sizing.Job, cluster: sizing.Cluster) -> dict:
+    """The checkpoint's size and shards; with a certification's storage figures, its save and load times."""
+    target = checkpoint.checkpoint_of(job.shape.name, job.parameters, cluster.gpus, job.precision, job.optimizer)
+    document: dict = {**target.as_dict(), "per_node_bytes": target.per_node_bytes(cluster.nodes)}
+    if request.certification is not None:
+        measured = sources.storage_from_certification(request.certification)
+        if measured is None:
+            if request.checkpoint_every:
+                raise InputError([InputProblem(str(request.certification), "storage", "holds no checkpoint "
+                                               "storage measurement for --checkpoint-every (run the storage part)")])
+            return document
+        per_node = target.per_node_bytes(cluster.nodes)
+        document["save"] = {
+            "source": measured.source, "write_gbps_per_node": measured.write_gbps,
+            "read_gbps_per_node": measured.read_gbps,
+            "save_s": checkpoint.transfer_seconds(per_node, measured.write_gbps),
+            "load_s": checkpoint.transfer_seconds(per_node, measured.read_gbps),
+            "note": f"each of {cluster.nodes} nodes writes {per_node / 1e9:.4g} GB at the slowest node's bandwidth "
+                    f"measured with {measured.nodes} nodes at once; a filesystem already at its aggregate limit "
+                    "will not scale to more nodes"}
+    return document
 
 
 def plan(request: PlanRequest) -> dict:
@@ -231,6 +247,7 @@ def plan(request: PlanRequest) -> dict:
         "assumptions": {"mfu": job.mfu, "overlap": job.overlap,
                         "overlap_meaning": "fraction of the last micro-batch's backward pass (2/3 of its compute) "
                                            "during which gradient traffic runs hidden"},
+        "checkpoint": _checkpoint(request, job, cluster),
         "candidates": [{**e.layout.as_dict(), "memory_gb": round(e.memory_total_gb, 2), "fits": e.fits,
                         "step_time_ms": round(e.step_time_ms, 3), "predicted_mfu": round(e.predicted_mfu, 4)}
                        for e in evaluations],
@@ -253,6 +270,11 @@ def plan(request: PlanRequest) -> dict:
     document["activations_other_mode"] = {
         **other.as_dict(), "checkpointing": not job.checkpointing,
         "memory_total_gb": round(chosen.memory_total_gb - current + other.value, 2)}
+    save = document["checkpoint"].get("save")
+    if save and request.checkpoint_every:
+        overhead = checkpoint.overhead(save["save_s"], request.checkpoint_every, chosen.step_time_ms / 1e3)
+        save["every_steps"] = request.checkpoint_every
+        save["overhead"] = overhead.as_dict()
     document.update({
         "fits": True, "recommended": chosen.as_dict(), "scaling_limit": limit.as_dict(),
         "heuristics": sizing.heuristics(job, cluster, chosen),

@@ -65,3 +65,35 @@ def from_certification(path: Path) -> MeasuredBandwidth:
     return MeasuredBandwidth(min(per_node) if per_node else None,
                              statistics.median(all_nodes) if all_nodes and len(nodes) > 1 else None, len(nodes),
                              f"measured by provision certify ({instrument}, {path.name}, {len(nodes)} nodes)")
+
+
+@dataclass(frozen=True)
+class MeasuredStorage:
+    """The slowest node's checkpoint write and read bandwidth (GB/s), every node at once."""
+
+    write_gbps: float
+    read_gbps: float
+    nodes: int
+    source: str
+
+
+def storage_from_certification(path: Path) -> MeasuredStorage | None:
+    """The storage part's per-node figures from a certification.json (its slowest node: all nodes
+    write their part of a checkpoint at once, so the slowest one ends the save); None where the
+    storage part did not run."""
+    try:
+        storage = json.loads(path.read_text()).get("storage")
+        if storage is None:
+            return None
+        nodes = storage["nodes"]
+        write = [float(figures["write_gbps"]) for figures in nodes.values()]
+        read = [float(figures["read_gbps"]) for figures in nodes.values()]
+    except OSError as error:
+        raise InputError([InputProblem(str(path), "", f"cannot read: {error.strerror}")]) from error
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise InputError([InputProblem(str(path), "storage", f"not a storage measurement of provision certify "
+                                       f"({error.__class__.__name__}: {error})")]) from error
+    if not write or not read:
+        raise InputError([InputProblem(str(path), "storage.nodes", "no node's write and read bandwidth")])
+    return MeasuredStorage(min(write), min(read), len(nodes),
+                           f"measured by provision certify (storage, {path.name}, {len(nodes)} nodes at once)")

@@ -11,8 +11,8 @@ from provisioner.cli import main
 from provisioner.errors import InputError
 from provisioner.inventory.loader import load_inventory
 from provisioner.plan import formulas, sizing
-from provisioner.plan.models import PRESETS
-from provisioner.plan.run import DoesNotFit, PlanRequest, build, default_global_batch, parse_count, plan
+from provisioner.plan.models import PRESETS, parse_count
+from provisioner.plan.run import DoesNotFit, PlanRequest, build, default_global_batch, plan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "inventory" / "example"
 
