@@ -213,10 +213,19 @@ def cuda_arch_problem(arch: str, cuda_release: str) -> str:
     return cuda_compat.arch_problem(str(arch), str(cuda_release)) or ""
 
 
+def checkpoint_bytes(model: str) -> int:
+    """`{{ certification_checkpoint_model | checkpoint_bytes }}`: the target model's checkpoint in bytes
+    (mixed precision with Adam), as `provision plan` sizes it."""
+    from provisioner.plan.checkpoint import checkpoint
+
+    return int(checkpoint(str(model), ranks=1).total_bytes)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "certify_busy_nodes": certify_jobs.busy_nodes,
+            "checkpoint_bytes": checkpoint_bytes,
             "torch_driver_problem": torch_driver_problem,
             "cuda_arch": cuda_compat.cuda_arch,
             "cuda_arch_problem": cuda_arch_problem,

@@ -67,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--steps", type=int, help="smoke training steps (default: certification_steps, 1000)")
     certify.add_argument("--drain-failed", action="store_true", help="drain failing nodes in Slurm with the reason")
     certify.add_argument("--reservation", help="run inside this Slurm reservation (else the nodes must be idle)")
-    certify.add_argument("--only", choices=["communication", "training"],
-                         help="run one part only (default: both)")
+    certify.add_argument("--only", choices=["communication", "training", "storage"],
+                         help="run one part only (default: all; storage where a checkpoints filesystem is named)")
     _add_runs_dir(certify)
     certify.add_argument("--dry-run", action="store_true",
                          help="print the rounds, their jobs and an estimate of the wall time; touch no host")

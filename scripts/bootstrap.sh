@@ -14,7 +14,8 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 2
 fi
 
-packages=(docker.io debootstrap openssh-client python3 python3-venv iproute2 ca-certificates)
+# fio: the launcher's storage instrument runs it in the unit tests as on the nodes.
+packages=(docker.io debootstrap openssh-client python3 python3-venv iproute2 ca-certificates fio)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -1,5 +1,5 @@
 """The driver as one file for the controller: a zip application of the few standard-library
-modules it runs (the schedule, the output readers, the nccl-tests parser), copied there with
+modules it runs (the schedule, the output readers, the nccl-tests and fio parsers), copied there with
 each certification so that the controller always runs the CLI's own version."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1]
 MODULES = ("certify/driver.py", "certify/schedule.py", "certify/outputs.py", "parsers/common.py",
-           "parsers/nccl_tests.py", "parsers/slurm.py")
+           "parsers/fio.py", "parsers/nccl_tests.py", "parsers/slurm.py")
 # Package markers only: the real ones import what the controller does not have.
 PACKAGES = ("", "certify/", "parsers/")
 MAIN = "import sys\nfrom provisioner.certify.driver import main\nsys.exit(main())\n"

@@ -49,6 +49,9 @@ class Criteria:
     bucket_floor_share: float = 0.6
     # A rank whose median compute time per step is more than this share above the fleet's.
     straggler_percent: float = 10.0
+    # Every node writing (reading) its part of the target checkpoint at once may take this long.
+    checkpoint_save_max_s: float = 180.0
+    checkpoint_load_max_s: float = 180.0
 
 
 @dataclass
@@ -400,6 +403,72 @@ def nccl_versions(results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
             torch_nccl.update({rank["host"]: rank["nccl_version"] for rank in facts["ranks"]
                                if rank and rank.get("nccl_version")})
     return {"system": dict(sorted(system.items())), "torch": dict(sorted(torch_nccl.items()))}
+
+
+def storage_checks(results: list[dict[str, Any]], criteria: Criteria, target: dict[str, Any],
+                   interval_s: float) -> tuple[list[Check], dict[str, Any]]:
+    """Each node wrote and read its part of the target checkpoint; each within the variance
+    allowed below the fleet median (the slow node named); the checkpoint's save and load (every
+    node at once: the slowest node ends them) within their limits. The summary for the report."""
+    checks: list[Check] = []
+    measured: dict[str, dict[str, Any]] = {}
+    for result in results:
+        if result["instrument"] != "storage":
+            continue
+        node = result["nodes"][0]
+        problem = None
+        if result.get("hung"):
+            problem = f"hung: {result.get('hung_detail') or 'no progress'}"
+        elif result["rc"] != 0:
+            tail = (result.get("stderr") or "").strip().splitlines()
+            problem = f"exit status {result['rc']}" + (f": {tail[-1][-300:]}" if tail else "")
+        else:
+            try:
+                facts = read_output("storage", result["stdout"])
+            except (ParseError, ValueError, KeyError) as error:
+                problem = str(error)
+        if problem:
+            checks.append(Check(f"storage.ran.{node}", f"checkpoint write and read on {node}", "storage", False,
+                                [node], [node], detail=problem))
+            continue
+        measured[node] = {"write_gbps": round(facts["write"]["gbps"], 4), "read_gbps": round(facts["read"]["gbps"], 4),
+                          "write_s": round(facts["write"]["seconds"], 3), "read_s": round(facts["read"]["seconds"], 3),
+                          "bytes": facts["write"]["bytes"], "ranks": facts["write"]["ranks"],
+                          "fio_write_gbps": round(facts["write"]["fio_gbps"], 4),
+                          "fio_read_gbps": round(facts["read"]["fio_gbps"], 4), "direct": facts["write"]["direct"]}
+    if not measured and not checks:
+        return [], {}
+    allowed = criteria.variance_percent / 100
+    for direction in ("write", "read"):
+        values = {node: figures[f"{direction}_gbps"] for node, figures in measured.items()}
+        if len(values) < 2:
+            continue
+        fleet = statistics.median(values.values())
+        floor = fleet * (1 - allowed)
+        for node, value in sorted(values.items()):
+            passed = value >= floor
+            checks.append(Check(f"storage.variance.{direction}.{node}",
+                                f"checkpoint {direction} of {node} within {criteria.variance_percent:g}% of the fleet "
+                                "median", "storage", passed, [node], [] if passed else [node], value,
+                                round(floor, 4), "GB/s", f"fleet median {fleet:.4g} GB/s; "
+                                f"{(fleet - value) / fleet * 100 if fleet else 0:+.1f}% below it"))
+    summary: dict[str, Any] = {"checkpoint": target, "nodes": measured, "interval_s": interval_s,
+                               "save_max_s": criteria.checkpoint_save_max_s,
+                               "load_max_s": criteria.checkpoint_load_max_s}
+    if measured:
+        save_s = max(figures["write_s"] for figures in measured.values())
+        load_s = max(figures["read_s"] for figures in measured.values())
+        slowest = {"save": max(measured, key=lambda node: measured[node]["write_s"]),
+                   "load": max(measured, key=lambda node: measured[node]["read_s"])}
+        for name, seconds, limit in (("save", save_s, criteria.checkpoint_save_max_s),
+                                     ("load", load_s, criteria.checkpoint_load_max_s)):
+            checks.append(Check(f"storage.{name}", f"checkpoint {name} on every node at once within {limit:g} s",
+                                "storage", seconds <= limit, sorted(measured), [], round(seconds, 3), limit, "s",
+                                f"{target['model']} checkpoint, {target['shard_bytes'] / 1e6:.4g} MB per rank; the "
+                                f"slowest node, {slowest[name]}, took {seconds:.3g} s"))
+        summary.update({"save_s": save_s, "load_s": load_s,
+                        "overhead_at_interval": save_s / (interval_s + save_s)})
+    return checks, summary
 
 
 def node_verdicts(checks: list[Check], nodes: list[str],

@@ -99,6 +99,7 @@ class Plan:
     heartbeat_s: float
     max_concurrent: int = 1024
     durations_s: dict[str, float] = field(default_factory=dict)
+    storage_args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -123,10 +124,10 @@ class Driver:
         self.jobs_dir = directory / "jobs"
         self.jobs_dir.mkdir(exist_ok=True)
         self.scheduler = Scheduler(plan.nodes, tuple(plan.parts), plan.ranks_per_node, plan.repeats,
-                                   plan.training_args, Limits(**plan.limits))
+                                   plan.training_args, Limits(**plan.limits), plan.storage_args)
         # A healthy run's rounds, for the time left (read with every status: made once).
         self.base_rounds = base_rounds(plan.nodes, tuple(plan.parts), plan.ranks_per_node, plan.repeats,
-                                       plan.training_args)
+                                       plan.training_args, plan.storage_args)
         self.started = time.time()
         self.clock0 = time.monotonic()
         self.stop_requested = False
@@ -163,7 +164,8 @@ class Driver:
                                                env=environment, start_new_session=True)
         job_run.reader = open(out_path, encoding="utf-8", errors="replace")  # noqa: SIM115 (read as it grows)
         now = time.monotonic()
-        job_run.watch = Watch(job_run.job.nodes, now, heartbeats=job_run.job.instrument != "nccl-tests")
+        job_run.watch = Watch(job_run.job.nodes, now,
+                              heartbeats=job_run.job.instrument not in ("nccl-tests", "storage"))
         job_run.current = {"repeat": repeat, "slurm_job_name": name, "argv": argv, "start": time.time(),
                            "stdout_file": f"jobs/{out_path.name}", "stderr_file": f"jobs/{err_path.name}",
                            "_clock": now}

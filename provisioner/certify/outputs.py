@@ -16,6 +16,7 @@ from typing import Any
 
 from provisioner.certify.schedule import Job, JobOutcome
 from provisioner.parsers.common import ParseError
+from provisioner.parsers.fio import parse_fio_json
 from provisioner.parsers.nccl_tests import parse_nccl_tests
 
 SWEEP_MARK, TRAIN_MARK = "PROVISION-SWEEP ", "PROVISION-TRAIN "
@@ -29,6 +30,8 @@ HEARTBEAT_MARK = "PROVISION-HEARTBEAT "
 CPUS_MARK = "PROVISION-CPUS "
 # The launcher's first line on each node: the job reached the node.
 START_MARK = "PROVISION-START "
+# The storage instrument's result per phase (write, read): the wall time around fio and fio's JSON.
+STORAGE_MARK = "PROVISION-STORAGE "
 
 
 class Refused(ParseError):
@@ -76,6 +79,32 @@ def _marked(stdout: str, mark: str) -> dict[str, Any]:
     raise ParseError(f"no {mark.strip()} line in the job's output")
 
 
+def storage_facts(stdout: str) -> dict[str, Any]:
+    """The node's checkpoint write and read: per phase the bytes fio moved, the wall time (fsync
+    included: what a training waits for) and the bandwidth from both, fio's own beside it."""
+    facts: dict[str, Any] = {}
+    for phase in marked_objects(stdout, STORAGE_MARK):
+        direction = phase.get("phase")
+        if direction not in ("write", "read"):
+            continue
+        fio = parse_fio_json(json.dumps(phase.get("fio")))
+        if fio["errors"]:
+            raise ParseError(f"fio {direction} failed in job(s) {', '.join(fio['errors'])}")
+        moved = fio[direction]["io_bytes"]
+        expected = int(phase["bytes_per_rank"]) * int(phase["ranks"])
+        if moved < expected:
+            raise ParseError(f"fio {direction} moved {moved} of {expected} bytes")
+        seconds = float(phase["seconds"])
+        facts[direction] = {"bytes": moved, "seconds": seconds, "gbps": moved / seconds / 1e9 if seconds > 0 else 0.0,
+                            "fio_gbps": fio[direction]["bw_bytes"] / 1e9, "ranks": int(phase["ranks"]),
+                            "direct": bool(phase.get("direct"))}
+        facts["host"] = str(phase.get("host", ""))
+    missing = [direction for direction in ("write", "read") if direction not in facts]
+    if missing:
+        raise ParseError(f"no {STORAGE_MARK.strip()} line for the {' and '.join(missing)} in the job's output")
+    return facts
+
+
 def read_output(instrument: str, stdout: str) -> dict[str, Any]:
     """The instrument's facts from its job's output; ParseError if it printed none, Refused
     where ranks refused to run without a GPU."""
@@ -83,6 +112,8 @@ def read_output(instrument: str, stdout: str) -> dict[str, Any]:
         raise Refused(found)
     if instrument == "nccl-tests":
         return parse_nccl_tests(stdout)
+    if instrument == "storage":
+        return storage_facts(stdout)
     return _marked(stdout, SWEEP_MARK if instrument == "sweep" else TRAIN_MARK)
 
 
@@ -289,6 +320,8 @@ def job_outcome(job: Job, runs: list[dict[str, Any]], gradient_bytes: int, strag
             facts = read_output(job.instrument, stdout)
         except (ParseError, ValueError, KeyError) as error:
             return JobOutcome(job, "failed", reason=str(error))
+        if job.instrument == "storage":
+            return JobOutcome(job, "ok")
         if job.instrument == "train":
             violation = facts.get("violation")
             if violation:

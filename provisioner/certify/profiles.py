@@ -86,7 +86,7 @@ SWEEP_OPERATIONS_SHARE = 66 / 42
 # x 6.9 GFLOP per step and rank, 0.14 s); the lab's tiny preset on gloo as measured on the lab.
 TRAIN_STEP_S = {"tiny": 0.005, "small": 0.02, "1b": 0.143}
 TRAIN_STARTUP_S = 60.0
-LAB_DURATIONS_S = {"nccl-tests": 5.0, "sweep": 8.0}
+LAB_DURATIONS_S = {"nccl-tests": 5.0, "sweep": 8.0, "storage": 5.0}
 LAB_TRAIN_STEP_S, LAB_TRAIN_STARTUP_S = 0.03, 8.0
 
 

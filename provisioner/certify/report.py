@@ -152,6 +152,26 @@ def _rounds_section(document: dict[str, Any]) -> str:
             + (f"<p>Named nodes were left out of the rounds after:</p><ul>{excluded}</ul>" if excluded else ""))
 
 
+def _storage_section(storage: dict[str, Any]) -> str:
+    """The checkpoint each node wrote and read, and the save and load against their limits."""
+    if not storage:
+        return ""
+    target = storage["checkpoint"]
+    rows = "".join(f"<tr><td>{html.escape(node)}</td><td>{figures['write_gbps']:.3g}</td>"
+                   f"<td>{figures['read_gbps']:.3g}</td><td>{figures['write_s']:.3g}</td><td>{figures['read_s']:.3g}</td>"
+                   f"<td>{figures['bytes'] / 1e6:.4g}</td></tr>" for node, figures in sorted(storage["nodes"].items()))
+    totals = ""
+    if "save_s" in storage:
+        totals = (f"<p>Save of the whole checkpoint, every node at once: {storage['save_s']:.3g} s (limit "
+                  f"{storage['save_max_s']:g} s); load {storage['load_s']:.3g} s (limit {storage['load_max_s']:g} s); "
+                  f"a save every {storage['interval_s'] / 60:g} min costs {storage['overhead_at_interval']:.2%} of the "
+                  "training's time.</p>")
+    return (f"<h2>Checkpoint storage</h2><p>Target: {html.escape(str(target['model']))}, "
+            f"{target['total_bytes'] / 1e9:.4g} GB in {target['ranks']} shards of {target['shard_bytes'] / 1e6:.4g} MB "
+            f"(one per rank of the fleet).</p>{totals}<table><tr><th>node</th><th>write GB/s</th><th>read GB/s</th>"
+            f"<th>write s</th><th>read s</th><th>MB</th></tr>{rows}</table>")
+
+
 def write_html(path: Path, document: dict[str, Any]) -> Path:
     verdict = "CERTIFIED" if document["certified"] else "NOT CERTIFIED"
     rows = "".join(
@@ -192,7 +212,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;font-size:90%}} .fail{{background:#
         document['thresholds']['source'])} (intra-node {document['thresholds']['intra_node_gbps']} GB/s, inter-node
  {document['thresholds']['inter_node_gbps']} GB/s).</p>
 <h2>Nodes</h2><table><tr><th>node</th><th>verdict</th><th>failed checks</th></tr>{nodes}</table>
-{speed}{nccl}{_rounds_section(document)}
+{speed}{nccl}{_storage_section(document.get("storage") or {})}{_rounds_section(document)}
 <h2>Checks</h2><table><tr><th></th><th>check</th><th>blamed</th><th>measured</th><th>threshold</th><th>detail</th></tr>
 {rows}</table>
 <h2>Plots</h2>{''.join(f'<div>{p}</div>' for p in plots)}

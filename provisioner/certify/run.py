@@ -4,6 +4,7 @@ report, drain on request."""
 from __future__ import annotations
 
 import json
+import math
 import tarfile
 import tempfile
 import time
@@ -26,8 +27,12 @@ from provisioner.certify.progress import CertifyProgress
 from provisioner.certify.schedule import Round, base_rounds, estimate_s
 from provisioner.errors import InputError, InputProblem
 from provisioner.inventory.model import Inventory
+from provisioner.plan.checkpoint import Checkpoint, checkpoint
 
-PARTS = ("communication", "training")
+PARTS = ("communication", "training", "storage")
+# The interval the save overhead is shown at (docs/certify.md): a checkpoint an hour; the
+# default save and load limits are 5 % of it (180 s).
+CHECKPOINT_INTERVAL_S = 3600.0
 REPEATS = 3
 # Checks printed in full on the terminal up to this many; beyond, the failing ones only.
 CHECKS_SHOWN = 60
@@ -97,6 +102,8 @@ def build_criteria(inventory: Inventory, nodes: list[str]) -> criteria.Criteria:
         bucket_bytes=int(cluster.certification_ddp_bucket_mb * (1 << 20)),
         bucket_floor_share=cluster.certification_bucket_floor_share,
         straggler_percent=cluster.certification_straggler_percent,
+        checkpoint_save_max_s=cluster.certification_checkpoint_save_max_s,
+        checkpoint_load_max_s=cluster.certification_checkpoint_load_max_s,
         expect_gdr=bool(inventory.hostvars[nodes[0]].get("certification_expect_gdr", True)))
 
 
@@ -126,6 +133,29 @@ def _check_timing(inventory: Inventory) -> None:
                        "that only waits would look hung")
 
 
+def parts(request: CertifyRequest) -> tuple[str, ...]:
+    """The parts to run: storage only where the inventory names a checkpoints filesystem (asked
+    for alone without one, a bad request)."""
+    if "storage" not in request.parts or request.inventory.cluster.checkpoint_filesystem is not None:
+        return request.parts
+    if request.parts == ("storage",):
+        raise _problem(request.inventory, "storage_filesystems", "no checkpoints filesystem to certify (--only "
+                                                                 "storage needs one with purpose checkpoints)")
+    return tuple(part for part in request.parts if part != "storage")
+
+
+def target_checkpoint(inventory: Inventory) -> Checkpoint:
+    """The target model's checkpoint as the whole fleet would write it: one shard per rank of every
+    GPU node, so that each node writes its part whichever nodes are certified."""
+    nodes = inventory.group("gpu_nodes")
+    ranks = sum(ranks_per_node(inventory, node) for node in nodes)
+    return checkpoint(inventory.cluster.certification_checkpoint_model, ranks)
+
+
+def storage_args(request: CertifyRequest) -> list[str]:
+    return ["--bytes-per-rank", str(math.ceil(target_checkpoint(request.inventory).shard_bytes))]
+
+
 def planned_rounds(request: CertifyRequest) -> tuple[list[str], list[Round]]:
     """The nodes and the rounds of a healthy run (validating the request on the way)."""
     inventory = request.inventory
@@ -134,8 +164,8 @@ def planned_rounds(request: CertifyRequest) -> tuple[list[str], list[Round]]:
         raise _problem(inventory, "gpu_nodes", "no GPU nodes to certify")
     fleet_thresholds(inventory, nodes)
     _check_timing(inventory)
-    return nodes, base_rounds(nodes, request.parts, ranks_per_node(inventory, nodes[0]), REPEATS,
-                              training_args(request))
+    return nodes, base_rounds(nodes, parts(request), ranks_per_node(inventory, nodes[0]), REPEATS,
+                              training_args(request), storage_args(request))
 
 
 def last_durations(inventory: Inventory, runs_dir: Path) -> tuple[dict[str, float], str] | None:
@@ -176,7 +206,7 @@ def dry_run(request: CertifyRequest) -> dict[str, Any]:
     nodes, rounds = planned_rounds(request)
     durations, source = run_durations(request, nodes)
     return {
-        "inventory": request.inventory.name, "nodes": nodes, "parts": list(request.parts),
+        "inventory": request.inventory.name, "nodes": nodes, "parts": list(parts(request)),
         "rounds": [[{"instrument": job.instrument, "scope": job.scope, "nodes": job.nodes, "repeats": job.repeats}
                     for job in round_.jobs] for round_ in rounds],
         "round_names": [round_.name for round_ in rounds],
@@ -233,9 +263,9 @@ def certify(request: CertifyRequest, console: Console) -> int:
 def _driver_plan(request: CertifyRequest, nodes: list[str], judge: criteria.Criteria, run_id: str) -> dict[str, Any]:
     cluster = request.inventory.cluster
     return {
-        "run_id": run_id, "nodes": nodes, "parts": list(request.parts),
+        "run_id": run_id, "nodes": nodes, "parts": list(parts(request)),
         "ranks_per_node": ranks_per_node(request.inventory, nodes[0]), "repeats": REPEATS,
-        "training_args": training_args(request),
+        "training_args": training_args(request), "storage_args": storage_args(request),
         "limits": {"intra_node_gbps": judge.thresholds.intra_node_gbps,
                    "inter_node_gbps": judge.thresholds.inter_node_gbps,
                    "variance_percent": judge.variance_percent},
@@ -359,6 +389,9 @@ def judge_and_report(request: CertifyRequest, nodes: list[str], judge: criteria.
     cpu_checks, cpus = criteria.cpu_checks(runs, nodes, ranks_per_node(inventory, nodes[0]),
                                            results.get("node_cpus") or {})
     checks += cpu_checks
+    storage_checks, storage = criteria.storage_checks(runs, judge, target_checkpoint(inventory).as_dict(),
+                                                      CHECKPOINT_INTERVAL_S)
+    checks += storage_checks
     trainings = []
     for number, run in enumerate(r for r in runs if r["instrument"] == "train"):
         prefix, title = ("training", "smoke training") if number == 0 else (
@@ -373,7 +406,7 @@ def judge_and_report(request: CertifyRequest, nodes: list[str], judge: criteria.
     document = {
         "cluster": inventory.cluster.cluster_name, "inventory": inventory.name, "nodes": nodes,
         "started": started.isoformat(timespec="seconds"), "duration_s": round(duration, 1),
-        "certified": certified, "interrupted": interrupted, "parts": list(request.parts),
+        "certified": certified, "interrupted": interrupted, "parts": list(parts(request)),
         "thresholds": asdict(judge.thresholds),
         "criteria": {k: v for k, v in asdict(judge).items() if k != "thresholds"},
         "hang_timeout_s": inventory.cluster.certification_hang_timeout_s,
@@ -386,6 +419,7 @@ def judge_and_report(request: CertifyRequest, nodes: list[str], judge: criteria.
         "cpus": cpus, "node_cpus": results.get("node_cpus") or {},
         "curves": criteria.measurement_curves(runs), "training": trainings[0] if trainings else {},
         "trainings": trainings, "nccl_versions": criteria.nccl_versions(runs),
+        **({"storage": storage} if storage else {}),
         "jobs": [{k: r[k] for k in ("name", "instrument", "scope", "nodes", "round", "rc", "start", "end", "hung")}
                  for r in runs],
         "raw_outputs": [{k: r[k] for k in ("name", "stdout_file", "stderr_file")} for r in runs],

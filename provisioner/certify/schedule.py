@@ -3,9 +3,10 @@ localise a failure.
 
 A healthy fleet runs a fixed number of base rounds, whatever its size: every node alone
 (nccl-tests, then the torch sweep), two or three pairings of disjoint pairs (nccl-tests; every
-node meets at least two partners), all nodes together (nccl-tests, then the sweep), and the
-smoke training. The jobs of a round run at the same time, so a round takes about as long as
-one job. When something fails or lags, localisation rounds name the culprits:
+node meets at least two partners), all nodes together (nccl-tests, then the sweep), the
+smoke training, and every node writing and reading its part of a checkpoint at once
+(storage). The jobs of a round run at the same time, so a round takes about as long as one job.
+When something fails or lags, localisation rounds name the culprits:
 - a node alone names itself;
 - pairs: every node of a bad pair is paired with a node already known good (all at once, as
   far as there are good partners); a node that is bad again is named; a bad pair whose nodes
@@ -28,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # What one run of each instrument takes, in seconds, when no measured figure is at hand.
-DEFAULT_DURATIONS_S = {"nccl-tests": 30.0, "sweep": 45.0, "train": 300.0}
+DEFAULT_DURATIONS_S = {"nccl-tests": 30.0, "sweep": 45.0, "train": 300.0, "storage": 120.0}
 BASE, LOCALISE = "base", "localise"
 
 
@@ -36,7 +37,7 @@ BASE, LOCALISE = "base", "localise"
 class Job:
     """One instrument on some nodes, run `repeats` times in a row."""
 
-    instrument: str  # nccl-tests | sweep | train
+    instrument: str  # nccl-tests | sweep | train | storage
     scope: str  # node | pair | all | training | half | locate
     nodes: list[str]
     repeats: int = 1
@@ -130,9 +131,11 @@ def pairings(nodes: list[str]) -> list[list[tuple[str, str]]]:
 
 
 def base_rounds(nodes: list[str], parts: tuple[str, ...], ranks_per_node: int, repeats: int,
-                training_args: list[str]) -> list[Round]:
+                training_args: list[str], storage_args: list[str] | None = None) -> list[Round]:
     """The rounds of a healthy fleet, in order. Each node alone only where it runs more than one
-    rank (one rank alone communicates nothing); pairs from three nodes (two: the pair is all)."""
+    rank (one rank alone communicates nothing); pairs from three nodes (two: the pair is all).
+    Storage comes last: a node slow to write a checkpoint still has its network and training
+    judged, and every node writes at once, as a training's save does."""
     rounds: list[Round] = []
     if "communication" in parts:
         if ranks_per_node > 1:
@@ -148,6 +151,9 @@ def base_rounds(nodes: list[str], parts: tuple[str, ...], ranks_per_node: int, r
             rounds.append(Round("sweep on all nodes", BASE, [Job("sweep", "all", list(nodes))]))
     if "training" in parts:
         rounds.append(Round("smoke training", BASE, [Job("train", "training", list(nodes), 1, list(training_args))]))
+    if "storage" in parts:
+        rounds.append(Round("checkpoint storage on each node", BASE,
+                            [Job("storage", "node", [node], 1, list(storage_args or [])) for node in nodes]))
     return rounds
 
 
@@ -181,12 +187,13 @@ class Scheduler:
     (with why), `findings` what was concluded and how."""
 
     def __init__(self, nodes: list[str], parts: tuple[str, ...], ranks_per_node: int, repeats: int,
-                 training_args: list[str], limits: Limits):
+                 training_args: list[str], limits: Limits, storage_args: list[str] | None = None):
         self.nodes = list(nodes)
         self.parts = parts
         self.ranks_per_node = ranks_per_node
         self.repeats = repeats
         self.training_args = list(training_args)
+        self.storage_args = list(storage_args or [])
         self.limits = limits
         self.rounds: list[Round] = []
         self.blamed: dict[str, list[str]] = {}
@@ -276,7 +283,8 @@ class Scheduler:
 
     # ---- the flow ----------------------------------------------------------------------
     def _plan(self) -> Generator[Round, list[JobOutcome], None]:
-        planned = base_rounds(self.nodes, self.parts, self.ranks_per_node, self.repeats, self.training_args)
+        planned = base_rounds(self.nodes, self.parts, self.ranks_per_node, self.repeats, self.training_args,
+                              self.storage_args)
         pair_outcomes: list[JobOutcome] = []
         paired = False
         for template in planned:
@@ -296,7 +304,9 @@ class Scheduler:
                 continue
             outcomes = yield round_
             scope = round_.jobs[0].scope
-            if scope == "node":
+            if round_.jobs[0].instrument == "storage":
+                self._judge_storage(outcomes)
+            elif scope == "node":
                 self._judge_alone(outcomes)
             elif scope == "all":
                 yield from self._judge_all(outcomes[0])
@@ -310,6 +320,15 @@ class Scheduler:
                 how = f"{outcome.job.instrument} alone on the node: {self._describe(outcome, median)}"
                 self._blame(outcome.job.nodes, how)
                 self.findings.append(Finding("node", list(outcome.job.nodes), outcome.job.instrument, how, "node"))
+
+    def _judge_storage(self, outcomes: list[JobOutcome]) -> None:
+        """A node that could not write or read its part of the checkpoint is named; how fast each
+        wrote and read is judged by the criteria (against the fleet median and the thresholds)."""
+        for outcome in outcomes:
+            if outcome.status != "ok":
+                how = f"checkpoint storage on the node: {self._describe(outcome)}"
+                self._blame(outcome.job.nodes, how)
+                self.findings.append(Finding("node", list(outcome.job.nodes), "storage", how, "node"))
 
     def _localise_pairs(self, outcomes: list[JobOutcome]) -> Generator[Round, list[JobOutcome], None]:
         median = pair_reference([(o.job.nodes, o.busbw_gbps) for o in outcomes

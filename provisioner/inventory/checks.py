@@ -217,6 +217,27 @@ def _pydantic_message(item: dict) -> str:
     return message
 
 
+def check_filesystems(cluster: ClusterVars, variables: dict[str, Defined], reader: Reader) -> None:
+    """Each filesystem's source suits its type; no two share a name or a mount point."""
+    defined = variables.get("storage_filesystems")
+    if defined is None:
+        return
+    paths: set[str] = set()
+    names: set[str] = set()
+    for index, filesystem in enumerate(cluster.storage_filesystems):
+        key = f"{defined.key}[{index}]"
+        problem = filesystem.source_problem()
+        if problem:
+            reader.problem(f"{key}.source", problem, defined.file)
+        if filesystem.path in paths:
+            reader.problem(f"{key}.path", f"{filesystem.path} is the mount point of another filesystem",
+                           defined.file)
+        if filesystem.name in names:
+            reader.problem(f"{key}.name", f"filesystem {filesystem.name!r} is declared twice", defined.file)
+        paths.add(filesystem.path)
+        names.add(filesystem.name)
+
+
 def check_partitions(cluster: ClusterVars, variables: dict[str, Defined], members: dict[str, list[str]],
                       reader: Reader) -> None:
     gpu_nodes = set(members.get("gpu_nodes", []))

@@ -17,6 +17,7 @@ from provisioner.inventory.checks import (
     check_accounting,
     check_addresses,
     check_definitions,
+    check_filesystems,
     check_monitoring_secrets,
     check_partitions,
     check_structure,
@@ -87,6 +88,7 @@ def load_inventory(name_or_path: str) -> Inventory:
         reader.problems.extend(pydantic_problems(error, cluster_defined, (reader.hosts_display, "all.vars"), ""))
     else:
         check_partitions(cluster, cluster_defined, members, reader)
+        check_filesystems(cluster, cluster_defined, reader)
 
     gpu_nodes: dict[str, GpuNodeVars] = {}
     for host in members.get("gpu_nodes", []):

@@ -84,6 +84,41 @@ class BusbwThresholds(BaseModel):
     inter_node: float | None = Field(default=None, gt=0)
 
 
+NFS_SOURCE = re.compile(r"[^:/\s]+:/\S*")
+LUSTRE_SOURCE = re.compile(r"\S+@\S+:/\S+")
+ABSOLUTE_PATH = re.compile(r"/\S*")
+
+
+class Filesystem(BaseModel):
+    """One entry of `storage_filesystems`: a filesystem every GPU and login node mounts at `path`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    type: Literal["nfs", "lustre", "bind"]
+    source: str = Field(min_length=1)
+    path: str
+    options: str = ""
+    purpose: Literal["checkpoints", "datasets"] = "checkpoints"
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not ABSOLUTE_PATH.fullmatch(value) or value == "/" or "/../" in f"{value}/":
+            raise ValueError("the mount point must be an absolute path other than / (e.g. /checkpoints)")
+        return value
+
+    def source_problem(self) -> str | None:
+        """What is wrong with the source for the type, or None."""
+        if self.type == "nfs" and not NFS_SOURCE.fullmatch(self.source):
+            return f"an NFS export is server:/path (got {self.source!r})"
+        if self.type == "lustre" and not LUSTRE_SOURCE.fullmatch(self.source):
+            return f"a Lustre source is mgsnode@net:/fsname, e.g. 10.0.0.1@o2ib:/scratch (got {self.source!r})"
+        if self.type == "bind" and not ABSOLUTE_PATH.fullmatch(self.source):
+            return f"a bind source is an absolute directory (got {self.source!r})"
+        return None
+
+
 class ClusterVars(BaseModel):
     """Cluster-wide variables (the `all` group)."""
 
@@ -121,6 +156,32 @@ class ClusterVars(BaseModel):
     certification_max_concurrent_jobs: int = Field(default=1024, strict=True, ge=1, le=100000)
     # How often the CLI reads the driver's progress.
     certification_poll_interval_s: float = Field(default=5.0, ge=0.5, le=60)
+    # The checkpoint the storage part writes and the storage phase makes room for: a plan preset
+    # (70B) or a parameter count (20M), in mixed precision with Adam (14 bytes per parameter).
+    certification_checkpoint_model: str = "70B"
+    # A save (and a load) of it on every node at once may take this long: 5 % of an hour between
+    # checkpoints (docs/certify.md).
+    certification_checkpoint_save_max_s: float = Field(default=180.0, gt=0)
+    certification_checkpoint_load_max_s: float = Field(default=180.0, gt=0)
+    # provision apply's storage phase (roles/storage).
+    storage_filesystems: list[Filesystem] = Field(default_factory=list)
+    storage_checkpoint_keep: int = Field(default=2, strict=True, ge=1, le=1000)
+
+    @field_validator("certification_checkpoint_model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        from provisioner.plan.models import PRESETS, model_parameters
+
+        try:
+            model_parameters(value)
+        except ValueError:
+            raise ValueError(f"neither a preset ({', '.join(PRESETS)}) nor a parameter count (e.g. 20M, "
+                             "6.7e9)") from None
+        return value
+
+    @property
+    def checkpoint_filesystem(self) -> Filesystem | None:
+        return next((fs for fs in self.storage_filesystems if fs.purpose == "checkpoints"), None)
 
 
 @dataclass

@@ -36,6 +36,7 @@ from provisioner.lab.layout import (
     REPO,
     REPO_OFFSET,
     REPO_PORT,
+    SHARED_CHECKPOINTS,
     SHARED_CLUSTER_STATE,
     SHARED_MOUNT,
     SHARED_VOLUME,
@@ -290,6 +291,8 @@ def lab_up(nodes: int = 2, gpus_per_node: int = 8, log: Callable[[str], None] = 
         if address is None:
             raise EngineError(f"lab node {node} has no address on network {NETWORK}")
         addresses[node] = address
+    # The directory the lab's checkpoints filesystem binds, as a site's filesystem holds it.
+    docker("exec", container_name(CONTROLLER), "mkdir", "-p", SHARED_CHECKPOINTS)
     write_known_hosts(addresses)
     _write_config(nodes, gpus_per_node)
     inventory = write_lab_inventory(addresses, gpus_per_node)

@@ -13,7 +13,16 @@ from provisioner.lab import certify_files
 from provisioner.lab import state as hw_state
 from provisioner.lab.apt_repo import lab_cuda_packages
 from provisioner.lab.engine import host_lacks_sys_resource
-from provisioner.lab.layout import CONTROLLER, LAB_HCAS, LAB_USER, REPO, REPO_PORT, SHARED_MOUNT
+from provisioner.lab.layout import (
+    CHECKPOINT_MOUNT,
+    CONTROLLER,
+    LAB_HCAS,
+    LAB_USER,
+    REPO,
+    REPO_PORT,
+    SHARED_CHECKPOINTS,
+    SHARED_MOUNT,
+)
 from provisioner.paths import lab_dir, lab_inventory_dir
 
 
@@ -129,6 +138,11 @@ def write_lab_inventory(addresses: dict[str, str], gpus_per_node: int) -> Path:
         # Four ranks time-slice two CPUs: a rank's compute time wanders by tens of percent.
         "certification_straggler_percent": 100,
         "certification_poll_interval_s": 2,
+        # Checkpoints: the shared volume's directory bound at /checkpoints on every GPU node (this
+        # kernel has no NFS client or server); a 20M-parameter model's checkpoint, 280 MB.
+        "storage_filesystems": [{"name": "checkpoints", "type": "bind", "source": SHARED_CHECKPOINTS,
+                                 "path": CHECKPOINT_MOUNT, "purpose": "checkpoints"}],
+        "certification_checkpoint_model": "20M",
     }
     (directory / "group_vars" / "all.yml").write_text(header + yaml.safe_dump(cluster, sort_keys=False))
     gpu_vars = {"gpu_count": gpus_per_node, "gpu_model": "H100-SXM5-80GB", "ib_hca_count": LAB_HCAS,

@@ -12,6 +12,11 @@ SHARED_VOLUME = "provision-lab-shared"
 SHARED_MOUNT = "/shared"
 # What the lab keeps on the shared volume for the cluster (its stand-in for NFS).
 SHARED_CLUSTER_STATE = (f"{SHARED_MOUNT}/slurm", f"{SHARED_MOUNT}/monitoring")
+# The lab's checkpoints filesystem: a directory of the shared volume every node binds at
+# CHECKPOINT_MOUNT (this kernel has no NFS client: the shared volume stands in for the site's
+# filesystem).
+SHARED_CHECKPOINTS = f"{SHARED_MOUNT}/checkpoints"
+CHECKPOINT_MOUNT = "/checkpoints"
 CONTAINER_PREFIX = "provision-lab-"
 CONTROLLER = "ctl01"
 REPO = "repo"

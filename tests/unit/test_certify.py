@@ -391,7 +391,10 @@ def test_dry_run_prints_disjoint_rounds_and_an_estimate_touching_nothing(example
         assert len(busy) == len(set(busy)) and {"instrument", "scope", "nodes"} <= set(round_jobs[0])
     scopes = [round_jobs[0]["scope"] for round_jobs in plan["rounds"]]
     assert scopes == ["node", "node", *(["pair"] * (0 if nodes < 3 else 2 if nodes % 2 == 0 else 3)),
-                      "all", "all", "training"]
+                      "all", "all", "training", "node"]
+    # last, every node writes and reads its part of the example's 70B checkpoint at once
+    storage = plan["rounds"][-1]
+    assert [job["instrument"] for job in storage] == ["storage"] * nodes and plan["parts"][-1] == "storage"
     assert not (tmp_path / "runs").exists()  # no run record: nothing ran
     assert main(["certify", "--inventory", str(example_inventory), "--json"]) == 2
 

@@ -70,3 +70,41 @@ def test_nccl_tests_rank_takes_its_own_gpu_however_slurm_binds_them(node, visibl
     out = launch(node, "nccl-tests")
     assert f"NCCL_TESTS_DEVICE={device} NCCL_NVLS_ENABLE=0" in out
     assert "ARGS -b 1024 -e 4096 -f 2 -g 1 -c 1 -n 2 -w 1" in out
+
+
+def storage_node(node: dict[str, str], tmp_path: Path, direct: bool) -> dict[str, str]:
+    """The node's settings with a checkpoints directory (the real fio writes there)."""
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir(exist_ok=True)
+    conf = Path(node["CERTIFY_CONF"])
+    conf.write_text(conf.read_text().replace("CERTIFY_PROCS_PER_NODE=8", "CERTIFY_PROCS_PER_NODE=2")
+                    + f"CERTIFY_CHECKPOINT_DIR={checkpoints}\nCERTIFY_STORAGE_DIRECT={int(direct)}\n")
+    return node
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_storage_writes_and_reads_each_ranks_shard_with_fio(node, tmp_path: Path, direct: bool):
+    from provisioner.certify.outputs import storage_facts
+
+    environment = storage_node(node, tmp_path, direct)
+    if direct and subprocess.run(["dd", "if=/dev/zero", f"of={tmp_path}/checkpoints/o", "bs=4096", "count=1",
+                                  "oflag=direct"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("this filesystem refuses O_DIRECT")  # tmpfs: the buffered case above still runs
+    out = launch(environment, "storage", "--bytes-per-rank", "3000000")
+    facts = storage_facts(out)
+    for phase in ("write", "read"):
+        # rounded up to whole 4 KiB blocks: 733 blocks per rank
+        assert facts[phase]["bytes"] == 2 * 733 * 4096 and facts[phase]["ranks"] == 2
+        assert facts[phase]["seconds"] > 0 and facts[phase]["gbps"] > 0 and facts[phase]["direct"] is direct
+    # it cleans up after itself
+    assert list((tmp_path / "checkpoints" / ".provision-certify").iterdir()) == []
+
+
+def test_storage_without_a_checkpoints_filesystem_fails_naming_the_node(node, tmp_path: Path):
+    environment = storage_node(node, tmp_path, False)
+    conf = Path(environment["CERTIFY_CONF"])
+    conf.write_text(conf.read_text().replace(f"CERTIFY_CHECKPOINT_DIR={tmp_path}/checkpoints",
+                                             f"CERTIFY_CHECKPOINT_DIR={tmp_path}/nowhere"))
+    done = subprocess.run([str(LAUNCHER), "storage", "--bytes-per-rank", "4096"], capture_output=True, text=True,
+                          env=environment, timeout=30, check=False)
+    assert done.returncode == 1 and f"no checkpoints filesystem at '{tmp_path}/nowhere'" in done.stderr
