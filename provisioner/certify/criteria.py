@@ -405,6 +405,77 @@ def nccl_versions(results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     return {"system": dict(sorted(system.items())), "torch": dict(sorted(torch_nccl.items()))}
 
 
+def _first_difference(saved: dict[str, list[float]], loaded: dict[str, list[float]],
+                      tolerance: float) -> str | None:
+    """The first tensor (in the state's order) whose checksums differ, missing or extra."""
+    for name in list(saved) + [name for name in loaded if name not in saved]:
+        if name not in loaded or name not in saved:
+            return name
+        if any(not _same(a, b, tolerance) for a, b in zip(saved[name], loaded[name], strict=True)):
+            return name
+    return None
+
+
+def _same(a: float, b: float, tolerance: float) -> bool:
+    if tolerance == 0:
+        return a == b
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= tolerance * max(abs(a), abs(b), 1e-30)
+
+
+def resume_checks(reference: dict[str, Any], resumed: dict[str, Any], tolerance: float = 0.0,
+                  prefix: str = "training.resume") -> tuple[list[Check], dict[str, Any]]:
+    """A training resumed from the checkpoint the reference run saved after k steps against the
+    reference's own steps k+1..: every rank's loaded state equal to what it saved (a rank that
+    differs named with its host and first differing tensor), the same losses and global gradient
+    norms step by step, the same parameters at the end. tolerance 0: bitwise (CPU, gloo)."""
+    saved_at = int(reference.get("saved_at") or 0)
+    hosts = list(resumed.get("hosts") or [])
+    nodes = sorted(set(hosts) | set(reference.get("hosts") or []))
+    checks: list[Check] = []
+    saved, loaded = reference.get("saved_state") or [], resumed.get("loaded_state") or []
+    differing = {}
+    for rank, (mine_saved, mine_loaded) in enumerate(zip(saved, loaded, strict=False)):
+        name = _first_difference(mine_saved or {}, mine_loaded or {}, tolerance)
+        if name is not None:
+            differing[rank] = name
+    culprits = sorted({hosts[rank] for rank in differing if rank < len(hosts)})
+    detail = "; ".join(f"rank {rank} on {hosts[rank] if rank < len(hosts) else '?'}: {name} differs"
+                       for rank, name in sorted(differing.items()))
+    state_known = len(saved) == len(loaded) == len(hosts) and bool(saved)
+    checks.append(Check(f"{prefix}.state", f"resumed state identical to the saved one on every rank (step {saved_at})",
+                        "training", state_known and not differing, nodes, culprits,
+                        len(differing), 0, "ranks differing",
+                        detail or ("every tensor of the model and the optimizer, on each rank" if state_known else
+                                   "a run saved or loaded no state checksums")))
+    steps = len(resumed["series"]["mean_loss"])
+    curves: dict[str, Any] = {"saved_at": saved_at, "steps": steps}
+    for series, label in (("mean_loss", "losses"), ("grad_norm", "global gradient norms")):
+        expected = reference["series"][series][saved_at:saved_at + steps]
+        found = resumed["series"][series]
+        first = next((i for i, (a, b) in enumerate(zip(expected, found, strict=False)) if not _same(a, b, tolerance)),
+                     None if len(expected) == len(found) else min(len(expected), len(found)))
+        curves[f"reference_{series}"], curves[f"resumed_{series}"] = expected, found
+        passed = first is None and steps > 0
+        checks.append(Check(f"{prefix}.{series}", f"resumed {label} of steps {saved_at + 1}-{saved_at + steps} "
+                            f"{'identical to' if tolerance == 0 else 'within tolerance of'} the run that went on",
+                            "training", passed, nodes, [] if passed else culprits,
+                            None if first is None else saved_at + first + 1, None, "first differing step",
+                            "" if first is None or first >= min(len(expected), len(found)) else
+                            f"step {saved_at + first + 1}: {found[first]!r} resumed, {expected[first]!r} going on"))
+    end_reference, end_resumed = reference.get("parameter_checksums") or [], resumed.get("parameter_checksums") or []
+    ranks = [rank for rank, (a, b) in enumerate(zip(end_reference, end_resumed, strict=False))
+             if not _same(a, b, tolerance)]
+    same_end = bool(end_reference) and len(end_reference) == len(end_resumed) and not ranks
+    checks.append(Check(f"{prefix}.parameters", "parameters at the end identical to the run that went on", "training",
+                        same_end, nodes, [] if same_end else culprits, len(ranks), 0, "ranks differing",
+                        ", ".join(f"rank {rank} on {hosts[rank] if rank < len(hosts) else '?'}" for rank in ranks)))
+    curves.update({"tolerance": tolerance, "differing_ranks": {str(rank): {"host": hosts[rank] if rank < len(hosts)
+                                                                            else "", "tensor": name}
+                                                                for rank, name in differing.items()},
+                   "reference_hosts": reference.get("hosts"), "resumed_hosts": hosts})
+    return checks, curves
+
+
 def storage_checks(results: list[dict[str, Any]], criteria: Criteria, target: dict[str, Any],
                    interval_s: float) -> tuple[list[Check], dict[str, Any]]:
     """Each node wrote and read its part of the target checkpoint; each within the variance

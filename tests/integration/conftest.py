@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
 import subprocess
 import time
@@ -114,6 +115,31 @@ def wait_for(predicate, timeout: float = 60, what: str = "condition", interval: 
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def throttle_storage(node: str, bytes_per_second: int) -> None:
+    """Throttle (0: release) the node's block I/O to the disk under the lab's shared volume, as a
+    slow or overloaded storage path would: the kernel's blkio throttle on the node container's
+    cgroup (cgroup v1; v2's io.max where the machine has it), for reads and writes."""
+    mountpoint = subprocess.run(["docker", "volume", "inspect", "--format", "{{.Mountpoint}}",
+                                 cluster.SHARED_VOLUME], capture_output=True, text=True, check=True).stdout.strip()
+    device = os.stat(mountpoint).st_dev
+    major, minor = os.major(device), os.minor(device)
+    partition = Path(f"/sys/dev/block/{major}:{minor}")
+    if (partition / "partition").exists():  # throttle rules name the whole disk
+        major, minor = (int(n) for n in (partition.resolve().parent / "dev").read_text().split(":"))
+    container = subprocess.run(["docker", "inspect", "--format", "{{.Id}}", cluster.container_name(node)],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    v1 = Path("/sys/fs/cgroup/blkio/docker") / container
+    if v1.is_dir():
+        for direction in ("read", "write"):
+            (v1 / f"blkio.throttle.{direction}_bps_device").write_text(f"{major}:{minor} {bytes_per_second}\n")
+        return
+    v2 = next(Path("/sys/fs/cgroup").glob(f"**/docker-{container}.scope"), None) or next(
+        Path("/sys/fs/cgroup").glob(f"**/{container}"), None)
+    assert v2 is not None, f"no cgroup of {node}'s container"
+    limit = bytes_per_second or "max"
+    (v2 / "io.max").write_text(f"{major}:{minor} rbps={limit} wbps={limit}\n")
 
 
 def monitoring_api(address: str, port: int, path: str, **params: str) -> Any:

@@ -179,3 +179,38 @@ def test_torch_check_reports_what_torch_sees():
     facts = json.loads(done.stdout)
     assert facts["torch"] == torch.__version__ and facts["cuda_available"] is False
     assert facts["device_count"] == 0 and facts["all_reduce"] is None and facts["gloo_available"] is True
+
+
+def test_a_resumed_training_repeats_the_steps_of_the_run_that_went_on_bitwise(tmp_path: Path):
+    """Saved after 45 of 60 steps with torch.distributed.checkpoint, the run goes on; a new run
+    loads it and trains steps 46-60: the same losses, gradient norms and parameters, bit for bit."""
+    checkpoint = tmp_path / "checkpoint"
+    reference = read_output("train", torchrun("smoke_train.py", 2, "--steps", "60", "--checkpoint-dir",
+                                              str(checkpoint), "--save-at", "45"))
+    assert reference["saved_at"] == 45 and len(reference["saved_state"]) == 2 and checkpoint.is_dir()
+    resumed = read_output("train", torchrun("smoke_train.py", 2, "--steps", "60", "--checkpoint-dir",
+                                            str(checkpoint), "--resume"))
+    assert resumed["first_step"] == 45 and resumed["steps_done"] == 15
+    checks, curves = criteria.resume_checks(reference, resumed)
+    assert all(check.passed for check in checks), [check for check in checks if not check.passed]
+    assert {check.id for check in checks} == {"training.resume.state", "training.resume.mean_loss",
+                                              "training.resume.grad_norm", "training.resume.parameters"}
+    assert curves["resumed_mean_loss"] == reference["series"]["mean_loss"][45:]
+    # the optimizer's state came back too (AdamW's moments, per parameter)
+    assert any(name.startswith("optimizer.") and name.endswith("exp_avg_sq") for name in resumed["loaded_state"][0])
+    assert not checkpoint.exists()  # the resumed run removes the certification's checkpoint
+
+
+def test_a_rank_that_resumes_from_a_perturbed_shard_is_named_with_its_tensor(tmp_path: Path):
+    checkpoint = tmp_path / "checkpoint"
+    reference = read_output("train", torchrun("smoke_train.py", 2, "--steps", "30", "--checkpoint-dir",
+                                              str(checkpoint), "--save-at", "20"))
+    resumed = read_output("train", torchrun("smoke_train.py", 2, "--steps", "30", "--checkpoint-dir",
+                                            str(checkpoint), "--resume", "--inject-resume-fault", "1"))
+    checks = {check.id: check for check in criteria.resume_checks(reference, resumed)[0]}
+    state = checks["training.resume.state"]
+    host = socket.gethostname()
+    assert not state.passed and state.blamed == [host]
+    assert state.detail == f"rank 1 on {host}: model.blocks.1.mlp.0.weight differs"
+    assert not checks["training.resume.mean_loss"].passed and checks["training.resume.mean_loss"].measured == 21
+    assert not checks["training.resume.parameters"].passed

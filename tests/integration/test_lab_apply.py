@@ -147,6 +147,21 @@ def test_apply_succeeds_and_a_second_apply_changes_nothing(healthy_lab, first_ap
     assert versions["gpu02"]["hca_firmware"] == {"MT_0000000838": ["28.39.1002"]}
 
 
+def test_the_checkpoints_filesystem_is_one_filesystem_on_every_gpu_node(provisioned_lab):
+    """The storage phase bound the lab's checkpoints directory at /checkpoints on both GPU nodes:
+    what one writes the other reads, an unprivileged user may write, and fstab keeps it."""
+    for node in ("gpu01", "gpu02"):
+        mounted = node_exec(node, "findmnt", "--noheadings", "--output", "TARGET", "/checkpoints")
+        assert mounted.stdout.strip() == "/checkpoints", (node, mounted.stderr)
+        assert "/shared/checkpoints /checkpoints none bind" in node_exec(node, "cat", "/etc/fstab").stdout
+    written = node_exec("gpu01", "runuser", "-u", "nobody", "--", "sh", "-c", "echo shard > /checkpoints/lab-shard")
+    assert written.returncode == 0, written.stderr
+    try:
+        assert node_exec("gpu02", "cat", "/checkpoints/lab-shard").stdout == "shard\n"
+    finally:
+        node_exec("gpu01", "rm", "-f", "/checkpoints/lab-shard")
+
+
 def test_become_is_used_over_an_unprivileged_ssh_user(provisioned_lab, tmp_path: Path):
     assert main(["apply", "--inventory", LAB, "--limit", "gpu01", "--tags", "preflight"]) == 0
     owner = node_exec("gpu01", "stat", "-c", "%U", "/etc/ansible/facts.d/provision_host.fact").stdout.strip()

@@ -13,7 +13,7 @@ import pytest
 from provisioner.cli import main
 from tests.helpers import last_document, last_record
 
-from .conftest import node_exec, sinfo_node, wait_for
+from .conftest import node_exec, sinfo_node, throttle_storage, wait_for
 
 pytestmark = pytest.mark.lab
 LAB = "lab"
@@ -60,11 +60,19 @@ def test_the_lab_is_certified_with_evidence(certify_runs: Path):
     # nccl-tests repeated three times per measurement, the medians kept per scope
     assert sum(job["instrument"] == "nccl-tests" for job in document["jobs"]) == 9
     assert set(document["medians_gbps"]["nccl-tests.node"]) == {"gpu01", "gpu02"}
-    # in rounds: both nodes alone at once (nccl-tests, then the sweep), all nodes, the training
+    # in rounds: both nodes alone at once (nccl-tests, then the sweep), all nodes, the training,
+    # the checkpoint written and read by both nodes at once
     assert [r["name"] for r in document["rounds"]] == ["nccl-tests on each node", "sweep on each node",
                                                        "nccl-tests on all nodes", "sweep on all nodes",
-                                                       "smoke training"]
-    assert document["schedule"] == {"base_rounds": 5, "localise_rounds": 0} and not document["findings"]
+                                                       "smoke training", "checkpoint storage on each node"]
+    assert document["schedule"] == {"base_rounds": 6, "localise_rounds": 0} and not document["findings"]
+    # the lab's 20M-parameter checkpoint (280 MB) in four shards, each node its two ranks' part
+    storage = document["storage"]
+    assert storage["checkpoint"]["ranks"] == 4 and storage["checkpoint"]["total_bytes"] == 280e6
+    for node in ("gpu01", "gpu02"):
+        assert storage["nodes"][node]["bytes"] >= 140e6 and storage["nodes"][node]["write_gbps"] > 0
+        assert {f"storage.variance.write.{node}", f"storage.variance.read.{node}"} <= ids
+    assert {"storage.save", "storage.load"} <= ids and storage["save_s"] <= storage["save_max_s"]
     alone = [job for job in document["jobs"] if job["scope"] == "node" and job["name"].endswith("#1")]
     assert {job["round"] for job in alone} == {0, 1} and len(alone) == 4
     # every task got its share of the node's CPUs (2 CPUs: one per nccl-tests task, both for torchrun)
@@ -78,6 +86,7 @@ def test_the_lab_is_certified_with_evidence(certify_runs: Path):
     assert all(s.get("failures") == "0" for s in suites) and sum(int(s.get("tests")) for s in suites) >= 20
     page = (record / "certification.html").read_text()
     assert "CERTIFIED" in page and page.count("<svg") == 5 and "<h2>Rounds</h2>" in page
+    assert "<h2>Checkpoint storage</h2>" in page
     # nccl-tests ran against the node's pinned libnccl2 (the lab's stand-in NCCL), launched with --mpi=pmix.
     assert document["nccl_versions"]["system"] == {"gpu01": "2.18.5+cuda12.2", "gpu02": "2.18.5+cuda12.2"}
     results = json.loads((record / "certification-outputs" / "results.json").read_text())
@@ -114,6 +123,24 @@ def test_a_slow_node_fails_the_variance_check_by_name_and_is_drained(certify_run
     assert state.startswith("drain") and "certify: nccl-tests.variance.node.gpu02" in state
     assert sinfo_node("gpu01").startswith("idle")
     resume("gpu02")
+
+
+def test_a_node_slow_to_write_its_checkpoint_is_named(certify_runs: Path):
+    """gpu02's block I/O throttled to 25 MB/s: its part of the checkpoint (140 MB) takes seconds
+    where gpu01's takes a fraction of one; the variance check names it, the save is judged."""
+    throttle_storage("gpu02", 25_000_000)
+    try:
+        assert main(["certify", "--inventory", LAB, "--only", "storage"]) == 1
+    finally:
+        throttle_storage("gpu02", 0)
+    document = certification(certify_runs)
+    assert [r["name"] for r in document["rounds"]] == ["checkpoint storage on each node"]
+    verdicts = document["node_verdicts"]
+    assert verdicts["gpu01"]["certified"], verdicts
+    assert "storage.variance.write.gpu02" in verdicts["gpu02"]["failed_checks"]
+    nodes = document["storage"]["nodes"]
+    assert nodes["gpu02"]["write_gbps"] < 0.03 < nodes["gpu01"]["write_gbps"]
+    assert document["storage"]["save_s"] == nodes["gpu02"]["write_s"] > 5
 
 
 def test_a_rank_with_perturbed_gradients_is_named_with_its_host_and_step(certify_runs: Path):

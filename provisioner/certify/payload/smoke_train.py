@@ -11,8 +11,14 @@ the ranks exchange loss, norm and step time every step and all stop at the first
 loss is not finite or the ranks' gradient norms differ (after the all-reduce every rank must
 hold the same gradients). At the end the ranks compare parameter checksums. A heartbeat thread
 reports each rank's step and phase (compute, collective) to the driver. Rank 0 prints one line
-`PROVISION-TRAIN <json>`: the run's series (mean loss, step time), a summary per rank (compute
-and wait medians, its CPUs). Runs on the nodes: torch only.
+`PROVISION-TRAIN <json>`: the run's series (mean loss, global gradient norm, step time), a
+summary per rank (compute and wait medians, its CPUs). Runs on the nodes: torch only.
+
+Resume: with --checkpoint-dir and --save-at K the run saves its state after K steps
+(training_checkpoint.py) and goes on; with --resume a new run loads it and trains from step K to
+--steps. Both report the checksums of every tensor of the state they saved or loaded, per rank:
+the certification compares the resumed steps' losses and gradient norms with the run that went
+on, and names a rank whose loaded state differs, with the first tensor that does.
 """
 from __future__ import annotations
 
@@ -22,10 +28,12 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+import training_checkpoint
 from rank_device import Heartbeat, cpus, device_for_rank, finish, init_group, print_marked, synchronize
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -245,6 +253,14 @@ class StepClock:
         return float(last) - float(self._start)
 
 
+def gather_checksums(model: nn.Module, optimizer: torch.optim.Optimizer, world: int) -> list[dict] | None:
+    """Every rank's state checksums, on rank 0 (None elsewhere)."""
+    mine = training_checkpoint.checksums(model, optimizer)
+    everyone: list[dict | None] = [None] * world
+    dist.all_gather_object(everyone, mine)
+    return everyone if dist.get_rank() == 0 else None  # type: ignore[return-value]
+
+
 def quantile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
@@ -270,9 +286,18 @@ def main() -> None:
                         help="auto: NCCL on GPUs, gloo on the CPU; gloo on GPUs lets ranks share one (testing)")
     parser.add_argument("--require-cuda", action="store_true",
                         help="the node has GPUs: refuse to run on the CPU (a rank without a GPU fails)")
+    parser.add_argument("--checkpoint-dir", type=Path, help="where the resume check's checkpoint is saved and loaded")
+    parser.add_argument("--save-at", type=int, help="save the checkpoint after this many steps, and go on")
+    parser.add_argument("--resume", action="store_true", help="load the checkpoint and train from its step")
+    parser.add_argument("--inject-resume-fault", type=int, default=None, metavar="RANK",
+                        help="testing only: this rank perturbs a tensor of the state it loaded")
     args = parser.parse_args()
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    if (args.save_at is not None or args.resume) and args.checkpoint_dir is None:
+        parser.error("--save-at and --resume need --checkpoint-dir")
+    if args.save_at is not None and not 0 < args.save_at < args.steps:
+        parser.error("--save-at must be between 0 and --steps")
     preset = PRESETS[args.preset]
     heartbeat = Heartbeat()
     device = device_for_rank(args.require_cuda)
@@ -295,12 +320,31 @@ def main() -> None:
     generator = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
     use_bf16 = preset.bf16 and device.type == "cuda"
 
+    first_step, saved_state, loaded_state = 0, None, None
+    if args.resume:
+        heartbeat.advance("loading the checkpoint")
+        # DDP lays its gradient buckets out again after its first iteration, in the order the
+        # gradients became ready: one iteration thrown away first, so that the resumed steps
+        # reduce in the layout the run that went on had (the same sums in the same order).
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            throwaway = synthetic_batch(preset, torch.Generator().manual_seed(0), device)
+            throwaway_loss = F.cross_entropy(ddp(throwaway[:, :-1]).float().reshape(-1, preset.vocab),
+                                             throwaway[:, 1:].reshape(-1))
+        throwaway_loss.backward()
+        optimizer.zero_grad(set_to_none=True)
+        first_step = training_checkpoint.load(args.checkpoint_dir, model, optimizer, generator)
+        if args.inject_resume_fault == rank:
+            with torch.no_grad():
+                tensor = model.blocks[-1].mlp[0].weight
+                tensor.add_(torch.randn_like(tensor) * 1e-3)
+        loaded_state = gather_checksums(model, optimizer, world)
+
     own: dict[str, list[float]] = {"step_time_s": [], "compute_time_s": []}
-    series: dict[str, list[float]] = {"mean_loss": [], "step_time_s": []}
+    series: dict[str, list[float]] = {"mean_loss": [], "grad_norm": [], "step_time_s": []}
     violation = None
     started = time.perf_counter()
     step_starts: list[float] = []
-    for step in range(args.steps):
+    for step in range(first_step, args.steps):
         tokens = synthetic_batch(preset, generator, device)
         synchronize(device)
         step_start = time.perf_counter()
@@ -332,10 +376,15 @@ def main() -> None:
         dist.all_gather(gathered, local)
         stacked = torch.stack(gathered).cpu()
         series["mean_loss"].append(float(stacked[:, 0].mean()))
+        series["grad_norm"].append(float(stacked[0, 1]))
         series["step_time_s"].append(float(stacked[:, 2].max()))
         violation = first_violation(step, stacked[:, :2], hosts, args.grad_norm_tolerance)
         if violation:
             break
+        if args.save_at is not None and step + 1 == args.save_at:
+            heartbeat.advance(f"step {step} saving the checkpoint")
+            saved_state = gather_checksums(model, optimizer, world)
+            training_checkpoint.save(args.checkpoint_dir, model, optimizer, args.save_at, generator)
     finished = time.perf_counter()
     elapsed = finished - started
     heartbeat.advance("finishing")
@@ -372,13 +421,21 @@ def main() -> None:
             "warmup_steps": warm, "parameters": sum(p.numel() for p in model.parameters()), "bf16": use_bf16,
             "loss_drop_min": loss_drop_required(preset, args.steps), "bucket_mb": args.bucket_mb,
             "peak_tflops": peak / 1e12 if peak else None, "fault_injected": args.inject_grad_fault is not None,
-            "violation": violation, "series": series, "parameter_checksums": [c.item() for c in checksums],
+            "violation": violation, "series": series, "first_step": first_step,
+            "parameter_checksums": [c.item() for c in checksums],
+            "saved_at": args.save_at if saved_state else None, "saved_state": saved_state,
+            "resumed": args.resume, "loaded_state": loaded_state,
+            "resume_fault_injected": args.inject_resume_fault is not None,
             "elapsed_s": elapsed, "steady_s": steady_s, "steady_steps": steady_steps,
             "tokens_per_second": tokens_per_second, "flops_per_token": flops,
             "mfu": tokens_per_second * flops / (world * peak) if peak else None,
             "ranks": everyone,
         }
         print_marked("PROVISION-TRAIN ", result)
+    if args.resume and args.checkpoint_dir is not None:
+        dist.barrier()
+        if rank == 0:
+            training_checkpoint.remove(args.checkpoint_dir)
     del ddp, optimizer
     finish()
 
