@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     # Testing only: perturb this rank's gradients to prove the gradient-norm check works.
     certify.add_argument("--inject-grad-fault", type=int, help=argparse.SUPPRESS)
+    # Testing only: this rank perturbs a tensor of the checkpoint state it resumes from.
+    certify.add_argument("--inject-resume-fault", type=int, help=argparse.SUPPRESS)
     replace = commands.add_parser("replace-node", help="rebuild a replaced machine: a GPU node (drained, certified, "
                                   "resumed), the controller, a monitoring or login host")
     replace.add_argument("node")
@@ -285,6 +287,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         nodes=_nodes(args.nodes),
         steps=args.steps, drain_failed=args.drain_failed, reservation=args.reservation,
         parts=(args.only,) if args.only else PARTS, inject_grad_fault=args.inject_grad_fault,
+        inject_resume_fault=args.inject_resume_fault,
         argv=_argv())
     if args.dry_run:
         plan = dry_run(request)

@@ -100,6 +100,7 @@ class Plan:
     max_concurrent: int = 1024
     durations_s: dict[str, float] = field(default_factory=dict)
     storage_args: list[str] = field(default_factory=list)
+    resume_args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -124,10 +125,10 @@ class Driver:
         self.jobs_dir = directory / "jobs"
         self.jobs_dir.mkdir(exist_ok=True)
         self.scheduler = Scheduler(plan.nodes, tuple(plan.parts), plan.ranks_per_node, plan.repeats,
-                                   plan.training_args, Limits(**plan.limits), plan.storage_args)
+                                   plan.training_args, Limits(**plan.limits), plan.storage_args, plan.resume_args)
         # A healthy run's rounds, for the time left (read with every status: made once).
         self.base_rounds = base_rounds(plan.nodes, tuple(plan.parts), plan.ranks_per_node, plan.repeats,
-                                       plan.training_args, plan.storage_args)
+                                       plan.training_args, plan.storage_args, plan.resume_args)
         self.started = time.time()
         self.clock0 = time.monotonic()
         self.stop_requested = False

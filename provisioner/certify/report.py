@@ -97,6 +97,22 @@ def _training_plots(training: dict[str, Any]) -> list[str]:
     return plots
 
 
+def _resume_plot(resume: dict[str, Any]) -> str | None:
+    """The resumed steps' losses over the run that went on: one line where they are identical."""
+    reference, resumed = resume.get("reference_mean_loss") or [], resume.get("resumed_mean_loss") or []
+    if not reference or not resumed:
+        return None
+    figure, axis = plt.subplots(figsize=(7, 3))
+    first = resume["saved_at"] + 1
+    axis.plot(range(first, first + len(reference)), reference, label="went on", linewidth=3, alpha=0.5)
+    axis.plot(range(first, first + len(resumed)), resumed, label="resumed from the checkpoint", linestyle="--")
+    axis.set_xlabel("step")
+    axis.set_ylabel("mean loss")
+    axis.set_title(f"resumed after step {resume['saved_at']}")
+    axis.legend(loc="upper right")
+    return _svg(figure)
+
+
 def _timeline_plot(rounds: list[dict[str, Any]]) -> str | None:
     """The rounds as bars over time: what ran when, the localisation rounds apart, and the
     rounds where a job failed marked."""
@@ -186,8 +202,9 @@ def write_html(path: Path, document: dict[str, Any]) -> Path:
                     for n, v in document["node_verdicts"].items())
     bandwidth = [_bandwidth_plot(document["curves"], instrument) for instrument in ("nccl-tests", "sweep")]
     timeline = _timeline_plot(document.get("rounds") or [])
+    resumed = _resume_plot(document.get("resume") or {})
     plots = ([timeline] if timeline else []) + [p for p in bandwidth if p] + _training_plots(
-        document.get("training", {}))
+        document.get("training", {})) + ([resumed] if resumed else [])
     training = document.get("training", {})
     speed = ""
     if training:

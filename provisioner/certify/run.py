@@ -22,14 +22,21 @@ from provisioner.ansible.lock import inventory_lock
 from provisioner.ansible.records import make_private
 from provisioner.ansible.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOutcome
 from provisioner.certify import bundle, criteria, report
+from provisioner.certify.outputs import read_output
 from provisioner.certify.profiles import ProfileError, Thresholds, durations_s, thresholds
 from provisioner.certify.progress import CertifyProgress
 from provisioner.certify.schedule import Round, base_rounds, estimate_s
 from provisioner.errors import InputError, InputProblem
 from provisioner.inventory.model import Inventory
+from provisioner.parsers.common import ParseError
 from provisioner.plan.checkpoint import Checkpoint, checkpoint
 
 PARTS = ("communication", "training", "storage")
+# The smoke training saves a checkpoint this many steps before its end; a second job resumes
+# from it and trains them again.
+RESUME_STEPS = 20
+# Relative difference allowed between a resumed GPU training and the one that went on.
+RESUME_GPU_TOLERANCE = 1e-2
 # The interval the save overhead is shown at (docs/certify.md): a checkpoint an hour; the
 # default save and load limits are 5 % of it (180 s).
 CHECKPOINT_INTERVAL_S = 3600.0
@@ -48,6 +55,7 @@ class CertifyRequest:
     reservation: str | None = None
     parts: tuple[str, ...] = PARTS
     inject_grad_fault: int | None = None
+    inject_resume_fault: int | None = None
     argv: list[str] | None = None
     # Nodes whose versions may differ from the pins (a rolling upgrade's partner, not yet
     # upgraded): the version check still holds every other node to the pins and to each other.
@@ -114,13 +122,44 @@ def _steps(request: CertifyRequest) -> int:
     return steps
 
 
-def training_args(request: CertifyRequest) -> list[str]:
+def training_args(request: CertifyRequest, run_id: str = "dry-run") -> list[str]:
     cluster = request.inventory.cluster
     args = ["--preset", cluster.certification_preset, "--steps", str(_steps(request)),
             "--bucket-mb", f"{cluster.certification_ddp_bucket_mb:g}",
             "--warmup-steps", str(cluster.certification_warmup_steps)]
     if request.inject_grad_fault is not None:
         args += ["--inject-grad-fault", str(request.inject_grad_fault)]
+    if resume_steps(request):
+        args += ["--checkpoint-dir", _resume_directory(request, run_id),
+                 "--save-at", str(_steps(request) - resume_steps(request))]
+    return args
+
+
+def resume_steps(request: CertifyRequest) -> int:
+    """Steps the resumed training repeats (0: no resume check: no training, or no shared
+    checkpoints filesystem for the ranks to save to and load from)."""
+    steps = _steps(request)
+    if "training" not in parts(request) or request.inventory.cluster.checkpoint_filesystem is None or steps < 2:
+        return 0
+    return min(RESUME_STEPS, steps // 2)
+
+
+def _resume_directory(request: CertifyRequest, run_id: str) -> str:
+    filesystem = request.inventory.cluster.checkpoint_filesystem
+    assert filesystem is not None
+    return f"{filesystem.path.rstrip('/')}/.provision-certify/{run_id}-resume"
+
+
+def resume_args(request: CertifyRequest, run_id: str = "dry-run") -> list[str]:
+    """The resumed training: each node takes the next node's ranks (their shards, written by
+    another node), loads the checkpoint and trains the last steps again."""
+    if not resume_steps(request):
+        return []
+    reference = training_args(request, run_id)
+    save_at = reference.index("--save-at")
+    args = ["--rotate-nodes", *reference[:save_at], *reference[save_at + 2:], "--resume"]
+    if request.inject_resume_fault is not None:
+        args += ["--inject-resume-fault", str(request.inject_resume_fault)]
     return args
 
 
@@ -165,7 +204,7 @@ def planned_rounds(request: CertifyRequest) -> tuple[list[str], list[Round]]:
     fleet_thresholds(inventory, nodes)
     _check_timing(inventory)
     return nodes, base_rounds(nodes, parts(request), ranks_per_node(inventory, nodes[0]), REPEATS,
-                              training_args(request), storage_args(request))
+                              training_args(request), storage_args(request), resume_args(request))
 
 
 def last_durations(inventory: Inventory, runs_dir: Path) -> tuple[dict[str, float], str] | None:
@@ -265,7 +304,8 @@ def _driver_plan(request: CertifyRequest, nodes: list[str], judge: criteria.Crit
     return {
         "run_id": run_id, "nodes": nodes, "parts": list(parts(request)),
         "ranks_per_node": ranks_per_node(request.inventory, nodes[0]), "repeats": REPEATS,
-        "training_args": training_args(request), "storage_args": storage_args(request),
+        "training_args": training_args(request, run_id), "storage_args": storage_args(request),
+        "resume_args": resume_args(request, run_id),
         "limits": {"intra_node_gbps": judge.thresholds.intra_node_gbps,
                    "inter_node_gbps": judge.thresholds.inter_node_gbps,
                    "variance_percent": judge.variance_percent},
@@ -378,6 +418,32 @@ def _run_certification_locked(request: CertifyRequest,
     return (EXIT_OK if document["certified"] else EXIT_FAILED), record, document
 
 
+def _resume_checks(runs: list[dict[str, Any]]) -> tuple[list[criteria.Check], dict[str, Any]]:
+    """The resumed training against the training that saved its checkpoint and went on: bitwise
+    on CPUs (gloo); on GPUs within RESUME_GPU_TOLERANCE, since the ranks sit on other nodes and
+    NCCL may reduce in another order there."""
+    resumed_run = next((run for run in runs if run["instrument"] == "train" and run["scope"] == "resume"), None)
+    if resumed_run is None:
+        return [], {}
+    reference_run = next((run for run in reversed(runs) if run["instrument"] == "train"
+                          and run["scope"] == "training" and run["nodes"] == resumed_run["nodes"]
+                          and run["rc"] == 0), None)
+    problem = "hung" if resumed_run.get("hung") else (f"exit status {resumed_run['rc']}" if resumed_run["rc"] else "")
+    try:
+        reference = read_output("train", reference_run["stdout"]) if reference_run else None
+        resumed = read_output("train", resumed_run["stdout"]) if not problem else None
+    except (ParseError, ValueError, KeyError) as error:
+        reference, resumed, problem = None, None, str(error)
+    if reference is None or resumed is None:
+        tail = (resumed_run.get("stderr") or "").strip().splitlines()
+        return [criteria.Check("training.resume.ran", "smoke training resumed from its checkpoint", "training", False,
+                               resumed_run["nodes"], [], detail=(problem or "no training saved the checkpoint")
+                               + (f": {tail[-1][-300:]}" if tail else ""))], {}
+    tolerance = 0.0 if resumed.get("device_name") == "cpu" else RESUME_GPU_TOLERANCE
+    checks, curves = criteria.resume_checks(reference, resumed, tolerance)
+    return checks, curves
+
+
 def judge_and_report(request: CertifyRequest, nodes: list[str], judge: criteria.Criteria, results: dict[str, Any],
                      runs: list[dict[str, Any]], record: Path, started: datetime, duration: float,
                      interrupted: bool, console: Console) -> dict[str, Any]:
@@ -392,8 +458,10 @@ def judge_and_report(request: CertifyRequest, nodes: list[str], judge: criteria.
     storage_checks, storage = criteria.storage_checks(runs, judge, target_checkpoint(inventory).as_dict(),
                                                       CHECKPOINT_INTERVAL_S)
     checks += storage_checks
+    resume_checks, resume = _resume_checks(runs)
+    checks += resume_checks
     trainings = []
-    for number, run in enumerate(r for r in runs if r["instrument"] == "train"):
+    for number, run in enumerate(r for r in runs if r["instrument"] == "train" and r["scope"] != "resume"):
         prefix, title = ("training", "smoke training") if number == 0 else (
             f"training.{number}", f"smoke training #{number + 1} ({run['scope']}, {'+'.join(run['nodes'])})")
         training_checks, summary = criteria.training_checks(run, run["nodes"], judge, prefix, title, localised)
@@ -402,7 +470,7 @@ def judge_and_report(request: CertifyRequest, nodes: list[str], judge: criteria.
             trainings.append(summary)
     verdicts = criteria.node_verdicts(checks, nodes, results.get("blamed") or {})
     certified = (all(check.passed for check in checks) and bool(checks) and request.inject_grad_fault is None
-                 and not interrupted)
+                 and request.inject_resume_fault is None and not interrupted)
     document = {
         "cluster": inventory.cluster.cluster_name, "inventory": inventory.name, "nodes": nodes,
         "started": started.isoformat(timespec="seconds"), "duration_s": round(duration, 1),
@@ -419,7 +487,7 @@ def judge_and_report(request: CertifyRequest, nodes: list[str], judge: criteria.
         "cpus": cpus, "node_cpus": results.get("node_cpus") or {},
         "curves": criteria.measurement_curves(runs), "training": trainings[0] if trainings else {},
         "trainings": trainings, "nccl_versions": criteria.nccl_versions(runs),
-        **({"storage": storage} if storage else {}),
+        **({"storage": storage} if storage else {}), **({"resume": resume} if resume else {}),
         "jobs": [{k: r[k] for k in ("name", "instrument", "scope", "nodes", "round", "rc", "start", "end", "hung")}
                  for r in runs],
         "raw_outputs": [{k: r[k] for k in ("name", "stdout_file", "stderr_file")} for r in runs],

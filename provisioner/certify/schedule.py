@@ -31,6 +31,7 @@ from typing import Any
 # What one run of each instrument takes, in seconds, when no measured figure is at hand.
 DEFAULT_DURATIONS_S = {"nccl-tests": 30.0, "sweep": 45.0, "train": 300.0, "storage": 120.0}
 BASE, LOCALISE = "base", "localise"
+RESUME_ROUND = "smoke training resumed from its checkpoint"
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Job:
     """One instrument on some nodes, run `repeats` times in a row."""
 
     instrument: str  # nccl-tests | sweep | train | storage
-    scope: str  # node | pair | all | training | half | locate
+    scope: str  # node | pair | all | training | resume | half | locate
     nodes: list[str]
     repeats: int = 1
     args: list[str] = field(default_factory=list)
@@ -131,9 +132,11 @@ def pairings(nodes: list[str]) -> list[list[tuple[str, str]]]:
 
 
 def base_rounds(nodes: list[str], parts: tuple[str, ...], ranks_per_node: int, repeats: int,
-                training_args: list[str], storage_args: list[str] | None = None) -> list[Round]:
+                training_args: list[str], storage_args: list[str] | None = None,
+                resume_args: list[str] | None = None) -> list[Round]:
     """The rounds of a healthy fleet, in order. Each node alone only where it runs more than one
     rank (one rank alone communicates nothing); pairs from three nodes (two: the pair is all).
+    With resume_args (a training that saves a checkpoint), a training resumed from it follows.
     Storage comes last: a node slow to write a checkpoint still has its network and training
     judged, and every node writes at once, as a training's save does."""
     rounds: list[Round] = []
@@ -151,6 +154,8 @@ def base_rounds(nodes: list[str], parts: tuple[str, ...], ranks_per_node: int, r
             rounds.append(Round("sweep on all nodes", BASE, [Job("sweep", "all", list(nodes))]))
     if "training" in parts:
         rounds.append(Round("smoke training", BASE, [Job("train", "training", list(nodes), 1, list(training_args))]))
+        if resume_args:
+            rounds.append(Round(RESUME_ROUND, BASE, [Job("train", "resume", list(nodes), 1, list(resume_args))]))
     if "storage" in parts:
         rounds.append(Round("checkpoint storage on each node", BASE,
                             [Job("storage", "node", [node], 1, list(storage_args or [])) for node in nodes]))
@@ -187,13 +192,16 @@ class Scheduler:
     (with why), `findings` what was concluded and how."""
 
     def __init__(self, nodes: list[str], parts: tuple[str, ...], ranks_per_node: int, repeats: int,
-                 training_args: list[str], limits: Limits, storage_args: list[str] | None = None):
+                 training_args: list[str], limits: Limits, storage_args: list[str] | None = None,
+                 resume_args: list[str] | None = None):
         self.nodes = list(nodes)
         self.parts = parts
         self.ranks_per_node = ranks_per_node
         self.repeats = repeats
         self.training_args = list(training_args)
         self.storage_args = list(storage_args or [])
+        self.resume_args = list(resume_args or [])
+        self.trained: list[str] = []  # the nodes of the last training that went well
         self.limits = limits
         self.rounds: list[Round] = []
         self.blamed: dict[str, list[str]] = {}
@@ -284,7 +292,7 @@ class Scheduler:
     # ---- the flow ----------------------------------------------------------------------
     def _plan(self) -> Generator[Round, list[JobOutcome], None]:
         planned = base_rounds(self.nodes, self.parts, self.ranks_per_node, self.repeats, self.training_args,
-                              self.storage_args)
+                              self.storage_args, self.resume_args)
         pair_outcomes: list[JobOutcome] = []
         paired = False
         for template in planned:
@@ -298,6 +306,16 @@ class Scheduler:
                     if round_:
                         pair_outcomes += yield round_
                 yield from self._localise_pairs(pair_outcomes)
+                continue
+            if template.name == RESUME_ROUND:
+                # The nodes of the training that saved the checkpoint, none if none went well.
+                trained = [node for node in self.trained if node not in self.blamed]
+                if len(trained) != len(self.trained) or not trained:
+                    continue
+                outcome = (yield Round(RESUME_ROUND, BASE, [Job("train", "resume", trained, 1,
+                                                                list(self.resume_args))]))[0]
+                if outcome.status != "ok":
+                    self._take_named(outcome, "resumed training")
                 continue
             round_ = self._round(template.name, BASE, template.jobs)
             if round_ is None:
@@ -449,6 +467,7 @@ class Scheduler:
 
     def _judge_training(self, outcome: JobOutcome) -> Generator[Round, list[JobOutcome], None]:
         if outcome.status == "ok":
+            self.trained = list(outcome.job.nodes)
             return
         if self._take_named(outcome, "smoke training"):
             rest = [node for node in outcome.job.nodes if node not in self.blamed]
@@ -459,6 +478,8 @@ class Scheduler:
             if round_ is None:
                 return
             again = (yield round_)[0]
+            if again.status == "ok":
+                self.trained = list(again.job.nodes)
             if again.status != "ok" and not self._take_named(again, "smoke training again") and \
                     not self._explained(again.job):
                 yield from self._bisect(again)

@@ -391,7 +391,11 @@ def test_dry_run_prints_disjoint_rounds_and_an_estimate_touching_nothing(example
         assert len(busy) == len(set(busy)) and {"instrument", "scope", "nodes"} <= set(round_jobs[0])
     scopes = [round_jobs[0]["scope"] for round_jobs in plan["rounds"]]
     assert scopes == ["node", "node", *(["pair"] * (0 if nodes < 3 else 2 if nodes % 2 == 0 else 3)),
-                      "all", "all", "training", "node"]
+                      "all", "all", "training", "resume", "node"]
+    # the training saves a checkpoint 20 steps before its end on the checkpoints filesystem; a
+    # second job, each node with the next node's ranks, resumes from it
+    resumed = plan["rounds"][-2][0]
+    assert resumed["instrument"] == "train" and resumed["nodes"] == plan["nodes"]
     # last, every node writes and reads its part of the example's 70B checkpoint at once
     storage = plan["rounds"][-1]
     assert [job["instrument"] for job in storage] == ["storage"] * nodes and plan["parts"][-1] == "storage"

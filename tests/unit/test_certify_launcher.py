@@ -108,3 +108,11 @@ def test_storage_without_a_checkpoints_filesystem_fails_naming_the_node(node, tm
     done = subprocess.run([str(LAUNCHER), "storage", "--bytes-per-rank", "4096"], capture_output=True, text=True,
                           env=environment, timeout=30, check=False)
     assert done.returncode == 1 and f"no checkpoints filesystem at '{tmp_path}/nowhere'" in done.stderr
+
+
+def test_a_rotated_training_gives_each_node_the_next_nodes_ranks_and_meets_at_rank_zeros_node(node):
+    # gpu[07-08], this is node 1 (gpu08): rotated, it runs node rank 0 and the rendezvous is its own
+    # address (the stand-in scontrol answers every node with 10.20.0.7).
+    out = launch(node, "train", "--rotate-nodes", "--resume", "--steps", "5")
+    assert "--nnodes=2 --node-rank=0 --nproc-per-node=8" in out and "--rotate-nodes" not in out
+    assert "--resume --steps 5" in out

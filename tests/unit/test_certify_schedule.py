@@ -248,3 +248,30 @@ def test_every_fleet_size_from_2_to_1024_has_a_bounded_number_of_disjoint_rounds
                     partners.setdefault(b, set()).add(a)
         if count >= 3:
             assert len(partners) == count and min(map(len, partners.values())) >= 2, count
+
+
+def test_a_training_that_went_well_is_resumed_from_its_checkpoint_and_a_failed_one_is_not():
+    nodes = [f"gpu{n:02d}" for n in range(1, 5)]
+    for status, resumed in (("ok", True), ("failed", False)):
+        scheduler = Scheduler(nodes, ("training",), 8, 3, ["--save-at", "980"], LIMITS,
+                              resume_args=["--rotate-nodes", "--resume"])
+        training = scheduler.next_round()
+        assert training is not None and training.jobs[0].args == ["--save-at", "980"]
+        scheduler.record([JobOutcome(training.jobs[0], status, named=[] if status == "ok" else ["gpu02"],
+                                     reason="hung")])
+        following = scheduler.next_round()
+        if resumed:
+            assert following is not None and following.name == "smoke training resumed from its checkpoint"
+            assert following.jobs[0].scope == "resume" and following.jobs[0].nodes == nodes
+            assert following.jobs[0].args == ["--rotate-nodes", "--resume"]
+            scheduler.record([JobOutcome(following.jobs[0], "ok")])
+            assert scheduler.next_round() is None
+        else:
+            # the others train again without gpu02; no resume after a failed training
+            assert following is not None and following.name == "smoke training without the named nodes"
+            scheduler.record([JobOutcome(following.jobs[0], "failed", reason="exit status 1")])
+            names = []
+            while (round_ := scheduler.next_round()) is not None:
+                names.append(round_.name)
+                scheduler.record([JobOutcome(job, "ok") for job in round_.jobs])
+            assert "smoke training resumed from its checkpoint" not in names
