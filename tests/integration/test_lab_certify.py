@@ -61,11 +61,21 @@ def test_the_lab_is_certified_with_evidence(certify_runs: Path):
     assert sum(job["instrument"] == "nccl-tests" for job in document["jobs"]) == 9
     assert set(document["medians_gbps"]["nccl-tests.node"]) == {"gpu01", "gpu02"}
     # in rounds: both nodes alone at once (nccl-tests, then the sweep), all nodes, the training,
-    # the checkpoint written and read by both nodes at once
+    # the training resumed from the checkpoint it saved, the checkpoint written and read by both
+    # nodes at once
     assert [r["name"] for r in document["rounds"]] == ["nccl-tests on each node", "sweep on each node",
                                                        "nccl-tests on all nodes", "sweep on all nodes",
-                                                       "smoke training", "checkpoint storage on each node"]
-    assert document["schedule"] == {"base_rounds": 6, "localise_rounds": 0} and not document["findings"]
+                                                       "smoke training", "smoke training resumed from its checkpoint",
+                                                       "checkpoint storage on each node"]
+    assert document["schedule"] == {"base_rounds": 7, "localise_rounds": 0} and not document["findings"]
+    # resumed after step 980 on the other node's ranks (rotated), the last 20 steps bit for bit
+    resume = document["resume"]
+    assert resume["saved_at"] == 980 and resume["steps"] == 20 and resume["tolerance"] == 0
+    assert resume["reference_hosts"] == ["gpu01", "gpu01", "gpu02", "gpu02"]
+    assert resume["resumed_hosts"] == ["gpu02", "gpu02", "gpu01", "gpu01"]
+    assert resume["resumed_mean_loss"] == resume["reference_mean_loss"]
+    assert {"training.resume.state", "training.resume.mean_loss", "training.resume.grad_norm",
+            "training.resume.parameters"} <= ids
     # the lab's 20M-parameter checkpoint (280 MB) in four shards, each node its two ranks' part
     storage = document["storage"]
     assert storage["checkpoint"]["ranks"] == 4 and storage["checkpoint"]["total_bytes"] == 280e6
@@ -85,7 +95,7 @@ def test_the_lab_is_certified_with_evidence(certify_runs: Path):
     assert {s.get("name") for s in suites} == {"gpu01", "gpu02", "fleet"}
     assert all(s.get("failures") == "0" for s in suites) and sum(int(s.get("tests")) for s in suites) >= 20
     page = (record / "certification.html").read_text()
-    assert "CERTIFIED" in page and page.count("<svg") == 5 and "<h2>Rounds</h2>" in page
+    assert "CERTIFIED" in page and page.count("<svg") == 6 and "<h2>Rounds</h2>" in page
     assert "<h2>Checkpoint storage</h2>" in page
     # nccl-tests ran against the node's pinned libnccl2 (the lab's stand-in NCCL), launched with --mpi=pmix.
     assert document["nccl_versions"]["system"] == {"gpu01": "2.18.5+cuda12.2", "gpu02": "2.18.5+cuda12.2"}
@@ -141,6 +151,21 @@ def test_a_node_slow_to_write_its_checkpoint_is_named(certify_runs: Path):
     nodes = document["storage"]["nodes"]
     assert nodes["gpu02"]["write_gbps"] < 0.03 < nodes["gpu01"]["write_gbps"]
     assert document["storage"]["save_s"] == nodes["gpu02"]["write_s"] > 5
+
+
+def test_a_rank_that_resumes_from_a_perturbed_shard_is_named_with_its_host(certify_runs: Path):
+    """Resumed with each node on the other's ranks, rank 1 (on gpu02) perturbs a tensor it
+    loaded: the resume check names gpu02's rank and the tensor; the losses part at once."""
+    assert main(["certify", "--inventory", LAB, "--only", "training", "--steps", "200",
+                 "--inject-resume-fault", "1"]) == 1
+    document = certification(certify_runs)
+    checks = {check["id"]: check for check in document["checks"]}
+    state = checks["training.resume.state"]
+    assert not state["passed"] and state["blamed"] == ["gpu02"]
+    assert state["detail"] == "rank 1 on gpu02: model.blocks.1.mlp.0.weight differs"
+    assert not checks["training.resume.mean_loss"]["passed"] and checks["training.resume.mean_loss"]["measured"] == 181
+    assert checks["training.loss_decrease"]["passed"]  # the training itself went well
+    assert not document["node_verdicts"]["gpu02"]["certified"] and document["node_verdicts"]["gpu01"]["certified"]
 
 
 def test_a_rank_with_perturbed_gradients_is_named_with_its_host_and_step(certify_runs: Path):
@@ -204,7 +229,8 @@ def test_a_hung_rank_is_named_within_minutes_and_only_its_node_is_blamed(certify
     assert not document["node_verdicts"]["gpu02"]["certified"] and document["node_verdicts"]["gpu01"]["certified"]
     # the others trained again without it, and passed
     assert [t["nodes"] for t in document["trainings"]] == [["gpu01"]]
-    assert [r["name"] for r in document["rounds"]] == ["smoke training", "smoke training without the named nodes"]
+    assert [r["name"] for r in document["rounds"]] == ["smoke training", "smoke training without the named nodes",
+                                                       "smoke training resumed from its checkpoint"]
     assert all(check["passed"] for check in document["checks"] if check["id"].startswith("training.1."))
 
 
