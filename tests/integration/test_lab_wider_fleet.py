@@ -75,7 +75,8 @@ def test_the_dry_run_of_the_three_nodes_touches_nothing(three_gpu_nodes, capsys,
     capsys.readouterr()
     assert main(["certify", "--inventory", LAB, "--dry-run", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert len(plan["rounds"]) == 8 and plan["estimate_s"] > 0  # 2 alone, 3 pairings, 2 all, training
+    # 2 alone, 3 pairings, 2 all, the training, its resume, the checkpoint storage
+    assert len(plan["rounds"]) == 10 and plan["estimate_s"] > 0
     for jobs in plan["rounds"]:
         busy = [node for job in jobs for node in job["nodes"]]
         assert len(busy) == len(set(busy))
