@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from provisioner.cli import main
 from provisioner.lab import cluster
@@ -28,6 +29,13 @@ def three_gpu_nodes(provisioned_lab, tmp_path_factory: pytest.TempPathFactory):
         patch.setenv("PROVISION_RUNS_DIR", str(runs))
         cluster.lab_up(3, LAB_GPUS, log=lambda message: None, reset_state=False)
         assert main(["apply", "--inventory", LAB]) == 0
+        # Three nodes' six ranks time-slice two CPUs: a node's nccl-tests alone measured up to 58 %
+        # below the others' (two nodes: 41 %), so the lab's 45 % would name a node for the CPUs it
+        # did not get. For this module, 70 % (the next `lab up` writes the inventory again).
+        inventory = cluster.lab_inventory_dir() / "group_vars" / "all.yml"
+        settings = yaml.safe_load(inventory.read_text())
+        settings["certification_variance_percent"] = 70
+        inventory.write_text(yaml.safe_dump(settings, sort_keys=False))
         yield NODES
         node_exec("gpu03", "tc", "qdisc", "del", "dev", "eth0", "root")
         cluster.lab_up(LAB_NODES, LAB_GPUS, log=lambda message: None, reset_state=False)
@@ -38,9 +46,9 @@ def three_gpu_nodes(provisioned_lab, tmp_path_factory: pytest.TempPathFactory):
 def test_a_nodes_slow_network_is_named_by_the_pairs_and_the_others_certified(three_gpu_nodes, tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PROVISION_RUNS_DIR", str(tmp_path / "runs"))
-    # gpu03's link to the other nodes at 1.5 Gbit/s (a token bucket: this kernel has no sch_netem);
+    # gpu03's link to the other nodes at 800 Mbit/s (a token bucket: this kernel has no sch_netem);
     # its ranks' own traffic inside the node is untouched.
-    shaped = node_exec("gpu03", "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "1500mbit",
+    shaped = node_exec("gpu03", "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "800mbit",
                        "burst", "128kb", "latency", "100ms")
     assert shaped.returncode == 0, shaped.stderr
     try:
@@ -58,8 +66,8 @@ def test_a_nodes_slow_network_is_named_by_the_pairs_and_the_others_certified(thr
                                    if round_["name"].startswith("nccl-tests pairs"))
     assert {node: sum(node in job["nodes"] for job in pairs) for node in NODES} == dict.fromkeys(NODES, 2)
     medians = document["medians_gbps"]["nccl-tests.pair"]
-    assert medians["gpu01+gpu03"] < medians["gpu01+gpu02"] / 2 and medians["gpu02+gpu03"] < medians[
-        "gpu01+gpu02"] / 2
+    assert medians["gpu01+gpu03"] < medians["gpu01+gpu02"] * 0.3 and medians["gpu02+gpu03"] < medians[
+        "gpu01+gpu02"] * 0.3
     finding = next(f for f in document["findings"] if f["nodes"] == ["gpu03"])
     assert "bad with every partner" in finding["how"]
     # left out of the all-nodes rounds, which certify the other two
