@@ -93,9 +93,12 @@ def test_storage_writes_and_reads_each_ranks_shard_with_fio(node, tmp_path: Path
     out = launch(environment, "storage", "--bytes-per-rank", "3000000")
     facts = storage_facts(out)
     for phase in ("write", "read"):
-        # rounded up to whole 4 KiB blocks: 733 blocks per rank
+        # under 4 MiB: one block of whole 4 KiB pages (733 of them) per rank
         assert facts[phase]["bytes"] == 2 * 733 * 4096 and facts[phase]["ranks"] == 2
         assert facts[phase]["seconds"] > 0 and facts[phase]["gbps"] > 0 and facts[phase]["direct"] is direct
+    # above: whole 4 MiB blocks, rounded up (the lab's 70 MB shard is 17 blocks)
+    big = storage_facts(launch(environment, "storage", "--bytes-per-rank", "70000000"))
+    assert big["write"]["bytes"] == big["read"]["bytes"] == 2 * 17 * 4 * 2**20
     # it cleans up after itself
     assert list((tmp_path / "checkpoints" / ".provision-certify").iterdir()) == []
 
