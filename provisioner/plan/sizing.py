@@ -227,39 +227,41 @@ class ScalingLimit:
         return {"gpus": self.gpus, "scaling_efficiency_there": self.efficiency_there, "reason": self.reason}
 
 
+def _divisors(number: int) -> list[int]:
+    small = [d for d in range(1, int(number ** 0.5) + 1) if number % d == 0]
+    return sorted(set(small + [number // d for d in small]))
+
+
 def scaling_limit(job: Job, cluster: Cluster, layout: Layout, global_batch: int) -> ScalingLimit:
     """The smallest GPU count (whole nodes, same tensor/pipeline degrees and global batch) at which less
     than half of a step computes (exposed communication, or the pipeline bubble as micro-batches per
-    rank run out); or the batch's own limit on data parallelism."""
+    rank run out); or the batch's own limit on data parallelism. Every feasible count is tried: each
+    data-parallel degree that divides the batch's micro-batches and fills whole nodes."""
     group = layout.tensor * layout.pipeline
     max_data = global_batch // job.micro_batch
     last = None
-    nodes = 1
-    while nodes <= 1_000_000:
-        gpus = nodes * cluster.gpus_per_node
-        if gpus % group == 0:
-            d = gpus // group
-            if d > max_data:
-                break
-            if max_data % d == 0:
-                trial = replace(cluster, nodes=nodes)
-                result = evaluate(job, trial, Layout(layout.tensor, layout.pipeline, d, max_data // d))
-                last = result
-                if result.scaling_efficiency < 0.5:
-                    return ScalingLimit(gpus, result.scaling_efficiency,
-                                        f"from {gpus} GPUs on less than half of each step computes "
-                                        f"(efficiency {result.scaling_efficiency:.0%}): compute "
-                                        f"{result.compute.value:.4g} ms, exposed communication "
-                                        f"{result.exposed_communication_ms:.4g} ms, pipeline bubble "
-                                        f"{result.bubble.value:.0%}")
-        nodes = nodes + 1 if nodes < 64 else nodes * 2
+    for d in _divisors(max_data):
+        gpus = d * group
+        if gpus % cluster.gpus_per_node:
+            continue
+        trial = replace(cluster, nodes=gpus // cluster.gpus_per_node)
+        result = evaluate(job, trial, Layout(layout.tensor, layout.pipeline, d, max_data // d))
+        last = result
+        if result.scaling_efficiency < 0.5:
+            return ScalingLimit(gpus, result.scaling_efficiency,
+                                f"from {gpus} GPUs on less than half of each step computes "
+                                f"(efficiency {result.scaling_efficiency:.0%}): compute "
+                                f"{result.compute.value:.4g} ms, exposed communication "
+                                f"{result.exposed_communication_ms:.4g} ms, pipeline bubble "
+                                f"{result.bubble.value:.0%}")
     if last is None:
         return ScalingLimit(None, None, "no whole-node layout of this shape fits the global batch")
     gpus = last.layout.data * group
     return ScalingLimit(None, last.scaling_efficiency,
                         f"the global batch ({global_batch} sequences of micro-batch {job.micro_batch}) limits data "
-                        f"parallelism to {gpus} GPUs before communication or the bubble take half a step "
-                        f"(scaling efficiency there {last.scaling_efficiency:.0%})")
+                        f"parallelism to {last.layout.data} ({gpus} GPUs, one micro-batch per rank) before "
+                        f"communication or the bubble take half a step (scaling efficiency there "
+                        f"{last.scaling_efficiency:.0%})")
 
 
 def heuristics(job: Job, cluster: Cluster, chosen: Evaluation) -> list[dict]:

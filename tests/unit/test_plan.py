@@ -185,3 +185,14 @@ def test_the_command_prints_a_table_or_json_and_exits_one_when_nothing_fits(caps
     assert document["model"]["active_parameters"] < document["model"]["parameters"]
     assert main(["plan", "--model", "405B", "--gpu", "A100-40GB", "--nodes", "1", "--zero-stage", "0"]) == 1
     assert "does not fit in GPU memory at any layout" in capsys.readouterr().out
+
+
+def test_the_scaling_limit_tries_every_feasible_gpu_count():
+    """Pipeline 35 with tensor 8 fills whole nodes only at multiples of 35 nodes: the search used
+    to try only powers of two beyond 64 nodes, found none, and blamed the batch at 280 GPUs."""
+    document = plan(PlanRequest(model="405B", gpu="H100", gpus=2240, tensor_parallel=8, pipeline_parallel=35))
+    limit = document["scaling_limit"]
+    assert limit["gpus"] is not None and limit["gpus"] > 2240 and limit["gpus"] % 280 == 0
+    assert "limits data parallelism to 280 GPUs" not in limit["reason"]
+    # the first count at which the step falls under half compute, and none before it does
+    assert limit["scaling_efficiency_there"] < 0.5
