@@ -47,6 +47,12 @@ INTRA_NODE_LINKS = {
 }
 
 
+# NCCL over TCP sockets (no RDMA) reaches well under the line rate: 4-6 GB/s busbw on 100 Gb/s
+# (12.5 GB/s) between 4 x 8 V100 nodes at best (NVIDIA/nccl#450), at most 60 % of wire speed on
+# 32 Gb/s (NVIDIA/nccl#209). The share taken for a TCP fabric:
+TCP_SHARE_OF_LINE_RATE = 0.45
+
+
 @dataclass(frozen=True)
 class Fabric:
     """An inter-node fabric: line rate per port (one HCA or NIC per port)."""
@@ -57,7 +63,12 @@ class Fabric:
 
     @property
     def gbyte_per_port(self) -> float:
-        return self.gbit_per_port / 8
+        """What NCCL gets per port: the line rate with RDMA, TCP_SHARE_OF_LINE_RATE of it over TCP."""
+        return self.gbit_per_port / 8 * (1.0 if self.rdma else TCP_SHARE_OF_LINE_RATE)
+
+    @property
+    def description(self) -> str:
+        return self.name if self.rdma else f"{self.name} (TCP: {TCP_SHARE_OF_LINE_RATE:.0%} of the line rate)"
 
 
 FABRICS = {

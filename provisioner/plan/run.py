@@ -136,7 +136,7 @@ def _cluster(request: PlanRequest, problems: list[InputProblem]) -> sizing.Clust
     hcas = hcas or per_node
     bandwidth = sizing.Bandwidth(link.gbps_per_gpu, fabric.gbyte_per_port * hcas,
                                  f"nominal: {link.name} {link.gbps_per_gpu:g} GB/s per GPU; {hcas} x "
-                                 f"{fabric.name} = {fabric.gbyte_per_port * hcas:g} GB/s per node")
+                                 f"{fabric.description} = {fabric.gbyte_per_port * hcas:g} GB/s per node")
     if request.certification is not None:
         measured = sources.from_certification(request.certification)
         bandwidth = sizing.Bandwidth(measured.intra_node_gbps or bandwidth.intra_node_gbps,

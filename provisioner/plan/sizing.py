@@ -292,5 +292,5 @@ def heuristics(job: Job, cluster: Cluster, chosen: Evaluation) -> list[dict]:
                       "value": ", ".join(f"{name} {value:.0%}" for name, value in outcome.items()),
                       "worked": f"predicted scaling efficiency, pure data parallel, {nodes} nodes of {per_node} "
                                 "GPUs, one port per GPU",
-                      "label": "heuristic: nominal line rates; TCP without RDMA reaches less"})
+                      "label": "heuristic: nominal line rates (TCP at its share of the line rate)"})
     return rules

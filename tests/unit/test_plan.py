@@ -196,3 +196,14 @@ def test_the_scaling_limit_tries_every_feasible_gpu_count():
     assert "limits data parallelism to 280 GPUs" not in limit["reason"]
     # the first count at which the step falls under half compute, and none before it does
     assert limit["scaling_efficiency_there"] < 0.5
+
+
+def test_a_tcp_fabric_gets_its_share_of_the_line_rate_and_rdma_the_whole():
+    from provisioner.plan.hardware import FABRICS, TCP_SHARE_OF_LINE_RATE
+
+    assert FABRICS["ib-ndr"].gbyte_per_port == 50 and FABRICS["roce-400"].gbyte_per_port == 50
+    assert FABRICS["eth-400"].gbyte_per_port == 50 * TCP_SHARE_OF_LINE_RATE
+    rdma = plan(PlanRequest(model="7B", gpu="H100", nodes=16, fabric="ib-ndr", tensor_parallel=1, pipeline_parallel=1))
+    tcp = plan(PlanRequest(model="7B", gpu="H100", nodes=16, fabric="eth-400", tensor_parallel=1, pipeline_parallel=1))
+    assert "TCP: 45% of the line rate" in tcp["cluster"]["bandwidth"]
+    assert tcp["recommended"]["step_time_ms"] > rdma["recommended"]["step_time_ms"]
