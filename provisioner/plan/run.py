@@ -60,11 +60,11 @@ class PlanRequest:
 DEFAULT_BATCH_TOKENS = 4 * 2**20  # about 4M tokens per step, the batch Llama 2 was trained with
 
 
-def default_global_batch(sequence: int, micro_batch: int, gpus: int) -> int:
-    """About 4M tokens, rounded up to whole micro-batches on every GPU (so every layout divides it)."""
-    per_round = micro_batch * gpus
-    rounds = max(1, -(-DEFAULT_BATCH_TOKENS // (sequence * per_round)))
-    return per_round * rounds
+def default_global_batch(sequence: int, micro_batch: int) -> int:
+    """About 4M tokens in whole micro-batches, whatever the cluster: the same job planned on more
+    GPUs keeps its batch (which then limits data parallelism, as it does in practice)."""
+    micro_batches = max(1, round(DEFAULT_BATCH_TOKENS / (sequence * micro_batch)))
+    return micro_batches * micro_batch
 
 
 def _shape(request: PlanRequest, problems: list[InputProblem]) -> tuple[ModelShape | None, float | None]:
@@ -177,7 +177,7 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
     job = sizing.Job(shape, parameters, active, request.sequence, request.micro_batch, request.precision,
                      request.optimizer, request.zero_stage, request.checkpointing, request.mfu, request.overlap,
                      request.flash_attention)
-    global_batch = request.global_batch or default_global_batch(request.sequence, request.micro_batch, cluster.gpus)
+    global_batch = request.global_batch or default_global_batch(request.sequence, request.micro_batch)
     if request.tensor_parallel and cluster.gpus_per_node % request.tensor_parallel:
         problems.append(InputProblem(ARGS, "--tensor-parallel", f"{request.tensor_parallel} does not divide the "
                                      f"{cluster.gpus_per_node} GPUs of a node (tensor parallelism stays inside "
@@ -191,6 +191,25 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
     if problems:
         raise InputError(problems)
     return job, cluster, global_batch
+
+
+def _advice(request: PlanRequest) -> str:
+    """What the user has not tried yet, of what lowers memory per GPU."""
+    options = []
+    if request.zero_stage < 3:
+        options.append(f"a higher --zero-stage (now {request.zero_stage})")
+    if not request.checkpointing:
+        options.append("--checkpointing")
+    if request.micro_batch > 1:
+        options.append(f"a smaller --micro-batch (now {request.micro_batch})")
+    fixed = [name for name, value in (("--tensor-parallel", request.tensor_parallel),
+                                      ("--pipeline-parallel", request.pipeline_parallel),
+                                      ("--data-parallel", request.data_parallel)) if value]
+    if fixed:
+        options.append(f"letting plan choose {' and '.join(fixed)}")
+    options.append("a shorter --sequence")
+    options.append("more GPUs")
+    return ", ".join(options[:-1]) + " or " + options[-1]
 
 
 def _checkpoint(request: PlanRequest, job: sizing.Job, cluster: sizing.Cluster) -> dict:
@@ -259,8 +278,7 @@ def plan(request: PlanRequest) -> dict:
         document["verdict"] = (f"does not fit in GPU memory at any layout of {cluster.gpus} {cluster.gpu.name}: the "
                                f"smallest (tensor {smallest.layout.tensor}, pipeline {smallest.layout.pipeline}, data "
                                f"{smallest.layout.data}) needs {smallest.memory_total_gb:.1f} GB per GPU of "
-                               f"{cluster.usable_memory_gb:.1f} GB usable; try a higher --zero-stage, "
-                               "--checkpointing, a smaller micro-batch or sequence, or more GPUs")
+                               f"{cluster.usable_memory_gb:.1f} GB usable; try {_advice(request)}")
         raise DoesNotFit(document)
     limit = sizing.scaling_limit(job, cluster, chosen.layout, global_batch)
     other = formulas.activation_memory(shape.layers, shape.hidden, shape.heads, shape.vocab, job.sequence,

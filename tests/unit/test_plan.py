@@ -125,9 +125,24 @@ def test_heuristics_are_labelled_and_computed_from_the_estimate():
     assert "Ethernet vs InfiniBand (rule of thumb)" in rules
 
 
-def test_the_default_batch_is_about_four_million_tokens_in_whole_micro_batches():
-    batch = default_global_batch(4096, 1, 64)
-    assert batch % 64 == 0 and 4 * 2**20 <= batch * 4096 < 4 * 2**20 + 64 * 4096
+def test_the_default_batch_is_about_four_million_tokens_whatever_the_cluster():
+    assert default_global_batch(4096, 1) == 1024 and default_global_batch(8192, 2) == 512
+    small = plan(PlanRequest(model="7B", gpu="H100", nodes=2))
+    large = plan(PlanRequest(model="7B", gpu="H100", nodes=1024))
+    assert small["training"]["global_batch"] == large["training"]["global_batch"] == 1024
+    assert small["training"]["global_batch_tokens"] == 4 * 2**20
+
+
+def test_the_advice_names_only_what_the_user_has_not_tried():
+    with pytest.raises(DoesNotFit) as raised:
+        plan(PlanRequest(model="405B", gpu="A100-40GB", nodes=1, zero_stage=3, checkpointing=True))
+    verdict = raised.value.document["verdict"]
+    assert "--zero-stage" not in verdict and "--checkpointing" not in verdict and "more GPUs" in verdict
+    with pytest.raises(DoesNotFit) as raised:
+        plan(PlanRequest(model="405B", gpu="A100-40GB", nodes=1, micro_batch=4, tensor_parallel=8))
+    verdict = raised.value.document["verdict"]
+    assert "a higher --zero-stage (now 1)" in verdict and "--checkpointing" in verdict
+    assert "a smaller --micro-batch (now 4)" in verdict and "letting plan choose --tensor-parallel" in verdict
 
 
 def test_inventory_supplies_gpus_and_fabric():
