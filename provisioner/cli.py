@@ -155,6 +155,7 @@ def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
                           help="attention scores are stored for the backward pass (5·a·s/h per layer)")
     for name in ("tensor-parallel", "pipeline-parallel", "data-parallel"):
         training.add_argument(f"--{name}", type=_degree, help="a degree, or recommend (the default)")
+    training.add_argument("--tokens", help="a token budget (15T, 2e12): the days and GPU-hours it takes")
     training.add_argument("--checkpoint-every", type=int, metavar="STEPS",
                           help="with --certification: the overhead of saving a checkpoint every STEPS steps")
     training.add_argument("--mfu", type=float, default=0.40, help="assumed model FLOPs utilisation of compute")
@@ -316,7 +317,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         gpus=args.gpus, intra_node=args.intra_node, fabric=args.fabric, hcas_per_node=args.hcas_per_node,
         inventory=_load(args.inventory) if args.inventory else None,
         certification=Path(args.certification) if args.certification else None,
-        checkpoint_every=args.checkpoint_every, mfu=args.mfu,
+        checkpoint_every=args.checkpoint_every, tokens=args.tokens, mfu=args.mfu,
         overlap=args.overlap, memory_reserve=args.memory_reserve)
     try:
         document, code = plan(request), EXIT_OK

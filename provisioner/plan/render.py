@@ -6,13 +6,33 @@ from rich.console import Console
 from rich.table import Table
 
 
+def figure(value: float, unit: str) -> str:
+    """A figure as people read it: 83.45 s rather than 8.345e+04 ms, 1.2 M rather than 1.2e+06."""
+    if unit == "ms" and abs(value) >= 1000:
+        return figure(value / 1000, "s")
+    if unit == "s" and abs(value) >= 3600:
+        return f"{value / 3600:,.1f} h"
+    if unit == "fraction":
+        return f"{value:.1%}"
+    if abs(value) >= 1e4:
+        return f"{value:,.0f} {unit}".strip()
+    return f"{value:.4g} {unit}".strip()
+
+
+def count(value: float) -> str:
+    """15T, 405B, 7.5M: a count with its scale."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:g}"
+
+
 def _quantities(title: str, rows: list[dict]) -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("", "value", "formula", "with the numbers"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        unit = row["unit"] if row["unit"] != "fraction" else ""
-        table.add_row(row["name"], f"{row['value']:.4g} {unit}".strip(), row["formula"], row["worked"])
+        table.add_row(row["name"], figure(row["value"], row["unit"]), row["formula"], row["worked"])
     return table
 
 
@@ -64,7 +84,7 @@ def print_plan(console: Console, document: dict) -> None:
                   highlight=False)
     console.print(_quantities(f"memory per GPU: {chosen['memory_total_gb']:.1f} GB of "
                               f"{document['cluster']['usable_memory_gb']:.1f} GB usable", chosen["memory"]))
-    console.print(_quantities(f"one step: {chosen['step_time_ms']:.4g} ms, gradients "
+    console.print(_quantities(f"one step: {figure(chosen['step_time_ms'], 'ms')}, gradients "
                               f"{chosen['gradient_bytes_per_step'] / 1e9:.3g} GB per GPU",
                               [chosen["gradients"], *chosen["communication"], chosen["compute"],
                                chosen["pipeline_bubble"]]))
@@ -74,7 +94,12 @@ def print_plan(console: Console, document: dict) -> None:
         console.print(f"{'with' if other['checkpointing'] else 'without'} full activation checkpointing: activations "
                       f"{other['value']:.3g} GB ({other['formula']}), {other['memory_total_gb']:.1f} GB per GPU in all",
                       highlight=False)
-        console.print(f"exposed communication {chosen['exposed_communication_ms']:.4g} ms per step; scaling "
+        speed = document["throughput"]
+        budget = (f"; {count(speed['tokens'])} tokens in {speed['days']:,.1f} days, {speed['gpu_hours']:,.0f} GPU-hours"
+                  if "days" in speed else "")
+        console.print(f"throughput: {speed['tokens_per_s']:,.0f} tokens/s, {speed['model_tflops_per_gpu']:.0f} TFLOP/s "
+                      f"per GPU (model FLOPs){budget}", highlight=False)
+        console.print(f"exposed communication {figure(chosen['exposed_communication_ms'], 'ms')} per step; scaling "
                       f"efficiency {chosen['scaling_efficiency']:.1%}; predicted MFU {chosen['predicted_mfu']:.1%}",
                       highlight=False)
         console.print(f"scaling limit: {document['scaling_limit']['reason']}", highlight=False)

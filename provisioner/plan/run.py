@@ -52,6 +52,7 @@ class PlanRequest:
     inventory: Inventory | None = None
     certification: Path | None = None
     checkpoint_every: int | None = None
+    tokens: str | None = None  # a token budget (15T): the time and GPU-hours it takes
     mfu: float = 0.40
     overlap: float = 0.5
     memory_reserve: float = 0.10
@@ -166,6 +167,11 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
               pipeline_parallel=request.pipeline_parallel, data_parallel=request.data_parallel,
               nodes=request.nodes, gpus=request.gpus, gpus_per_node=request.gpus_per_node,
               hcas_per_node=request.hcas_per_node, checkpoint_every=request.checkpoint_every)
+    if request.tokens:
+        try:
+            parse_count(request.tokens)
+        except ValueError as error:
+            problems.append(InputProblem(ARGS, "--tokens", str(error).replace("parameter count", "token count")))
     if request.checkpoint_every and request.certification is None:
         problems.append(InputProblem(ARGS, "--checkpoint-every", "the overhead needs measured save times: give "
                                      "--certification FILE (a certification with the storage part)"))
@@ -191,6 +197,20 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
     if problems:
         raise InputError(problems)
     return job, cluster, global_batch
+
+
+def _throughput(request: PlanRequest, cluster: sizing.Cluster, chosen: sizing.Evaluation) -> dict:
+    """The recommended layout in the units architects plan with: tokens per second, model
+    TFLOP/s per GPU (6 x active parameters per token), and for --tokens the days and GPU-hours."""
+    step_s = chosen.step_time_ms / 1e3
+    tokens_per_s = chosen.tokens_per_step / step_s if step_s else 0.0
+    result: dict = {"tokens_per_s": tokens_per_s,
+                    "model_tflops_per_gpu": chosen.predicted_mfu * cluster.gpu.bf16_dense_tflops}
+    if request.tokens:
+        budget = parse_count(request.tokens)
+        seconds = budget / tokens_per_s if tokens_per_s else float("inf")
+        result.update({"tokens": budget, "days": seconds / 86400, "gpu_hours": seconds / 3600 * cluster.gpus})
+    return result
 
 
 def _advice(request: PlanRequest) -> str:
@@ -288,6 +308,7 @@ def plan(request: PlanRequest) -> dict:
     document["activations_other_mode"] = {
         **other.as_dict(), "checkpointing": not job.checkpointing,
         "memory_total_gb": round(chosen.memory_total_gb - current + other.value, 2)}
+    document["throughput"] = _throughput(request, cluster, chosen)
     save = document["checkpoint"].get("save")
     if save and request.checkpoint_every:
         overhead = checkpoint.overhead(save["save_s"], request.checkpoint_every, chosen.step_time_ms / 1e3)

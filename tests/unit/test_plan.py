@@ -222,3 +222,21 @@ def test_a_tcp_fabric_gets_its_share_of_the_line_rate_and_rdma_the_whole():
     tcp = plan(PlanRequest(model="7B", gpu="H100", nodes=16, fabric="eth-400", tensor_parallel=1, pipeline_parallel=1))
     assert "TCP: 45% of the line rate" in tcp["cluster"]["bandwidth"]
     assert tcp["recommended"]["step_time_ms"] > rdma["recommended"]["step_time_ms"]
+
+
+def test_throughput_in_the_units_architects_use(capsys):
+    from provisioner.plan.render import count, figure
+
+    document = plan(PlanRequest(model="70B", gpu="H100", nodes=64, tokens="2T"))
+    speed, chosen = document["throughput"], document["recommended"]
+    assert speed["tokens_per_s"] == pytest.approx(chosen["tokens_per_step"] / (chosen["step_time_ms"] / 1e3))
+    assert speed["model_tflops_per_gpu"] == pytest.approx(chosen["predicted_mfu"] * 989, rel=1e-3)  # rounded MFU
+    assert speed["days"] == pytest.approx(2e12 / speed["tokens_per_s"] / 86400)
+    assert speed["gpu_hours"] == pytest.approx(speed["days"] * 24 * 512)
+    assert figure(83450, "ms") == "83.45 s" and figure(0.25, "fraction") == "25.0%" and figure(12.5, "GB") == "12.5 GB"
+    assert count(15e12) == "15T" and count(405e9) == "405B"
+    assert main(["plan", "--model", "70B", "--gpu", "H100", "--nodes", "64", "--tokens", "2T"]) == 0
+    out = capsys.readouterr().out
+    assert "tokens/s" in out and "2T tokens in" in out and "e+0" not in out
+    assert main(["plan", "--model", "70B", "--gpu", "H100", "--nodes", "64", "--tokens", "lots"]) == 2
+    assert "--tokens" in capsys.readouterr().err
