@@ -26,6 +26,10 @@ GPUS = {
     "H100": Gpu("H100", 80, 3.35, 989, "nvlink4", "NVIDIA H100 Tensor Core GPU datasheet (SXM5)"),
     "H200": Gpu("H200", 141, 4.8, 989, "nvlink4", "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
     "B200": Gpu("B200", 180, 7.7, 2250, "nvlink5", "NVIDIA HGX B200 specifications (8-GPU platform figures / 8)"),
+    # H100's compute with NVLink cut to 400 GB/s per GPU (the export variant).
+    "H800": Gpu("H800", 80, 3.35, 989, "nvlink4-h800", "NVIDIA H800 Tensor Core GPU datasheet (SXM)"),
+    # The Hopper GPU of a Grace Hopper superchip (the 96 GB HBM3 part; the HBM3e part has 144 GB).
+    "GH200": Gpu("GH200", 96, 4.0, 989, "nvlink4", "NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3)"),
 }
 
 
@@ -42,6 +46,7 @@ INTRA_NODE_LINKS = {
     "nvlink3": Link("NVLink 3 (A100)", 300, "600 GB/s total per GPU, NVIDIA A100 datasheet"),
     "nvlink4": Link("NVLink 4 (H100/H200)", 450, "900 GB/s total per GPU, NVIDIA H100 datasheet"),
     "nvlink5": Link("NVLink 5 (B200)", 900, "1.8 TB/s total per GPU, NVIDIA HGX B200 specifications"),
+    "nvlink4-h800": Link("NVLink 4 (H800)", 200, "400 GB/s total per GPU, NVIDIA H800 datasheet"),
     "pcie4": Link("PCIe Gen4 x16", 32, "16 GT/s x 16 lanes, PCI-SIG"),
     "pcie5": Link("PCIe Gen5 x16", 64, "32 GT/s x 16 lanes, PCI-SIG"),
 }
@@ -94,7 +99,8 @@ def gpu_for_model(model: str) -> Gpu | None:
         return GPUS[upper]
     if "A100" in upper:
         return GPUS["A100-40GB" if "40GB" in upper else "A100-80GB"]
-    for key in ("H200", "H100", "B200"):
+    # The longer names first: GH200 holds "H200", and it is not an H200.
+    for key in ("GH200", "H200", "H800", "H100", "B200"):
         if key in upper:
             return GPUS[key]
     return None

@@ -242,3 +242,12 @@ def test_throughput_in_the_units_architects_use(capsys):
     assert "e+0" not in step and " s," in step
     assert main(["plan", "--model", "70B", "--gpu", "H100", "--nodes", "64", "--tokens", "lots"]) == 2
     assert "--tokens" in capsys.readouterr().err
+
+
+def test_gh200_and_h800_are_themselves_not_an_h200_or_an_h100():
+    from provisioner.plan.hardware import INTRA_NODE_LINKS, gpu_for_model
+
+    assert gpu_for_model("GH200-480GB").name == "GH200" and gpu_for_model("H200-SXM-141GB").name == "H200"
+    h800 = gpu_for_model("H800-SXM5-80GB")
+    assert h800.name == "H800" and INTRA_NODE_LINKS[h800.nvlink].gbps_per_gpu == 200
+    assert plan(PlanRequest(model="7B", gpu="H800", nodes=2))["cluster"]["gpu"] == "H800"
