@@ -162,7 +162,8 @@ def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
     training.add_argument("--overlap", type=float, default=0.5,
                           help="fraction of the last backward pass that hides gradient traffic")
     cluster = plan.add_argument_group("cluster")
-    cluster.add_argument("--gpu", help="A100-40GB, A100-80GB, H100, H800, H200, GH200, B200 (or an inventory gpu_model)")
+    cluster.add_argument("--gpu",
+                         help="A100-40GB, A100-80GB, H100, H800, H200, GH200, B200 (or an inventory gpu_model)")
     cluster.add_argument("--gpus-per-node", type=int)
     cluster.add_argument("--nodes", type=int)
     cluster.add_argument("--gpus", type=int, help="total GPUs (whole nodes)")

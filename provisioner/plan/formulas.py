@@ -70,32 +70,53 @@ def model_state_memory(parameters: float, model_parallel: int, data_parallel: in
 
 
 def activation_memory(layers: int, hidden: int, heads: int, vocab: int, sequence: int, micro_batch: int,
-                      tensor_parallel: int, checkpointing: bool, flash_attention: bool = True) -> list[Quantity]:
-    """Activations held by one GPU for the backward pass.
+                      tensor_parallel: int, checkpointing: bool, flash_attention: bool = True,
+                      pipeline: int = 1, micro_batches: int = 1) -> list[Quantity]:
+    """Activations held by the GPU that holds most, for the backward pass.
 
     Per layer without recomputation s·b·h/t·(34 + 5·a·s/h) bytes; with full checkpointing each layer
     keeps only its 16-bit input, 2·s·b·h/t, plus one layer's full activations while it is recomputed.
-    With 1F1B pipelining the first stage holds p micro-batches of L/p layers, i.e. L layers' worth, so
-    the figure does not depend on p. Flash attention never stores the a·s² attention scores (the paper's
-    selective recomputation), which drops the 5·a·s/h term. The fp32 logits for the loss add 4·s·b·V/t.
+    With 1F1B pipelining the first stage holds min(p, m) micro-batches of its L/p layers (p in
+    flight, or every micro-batch when there are fewer); the last stage holds one, and the fp32
+    logits for the loss, 4·s·b·V/t: the larger of the two stages is the GPU's figure. Flash
+    attention never stores the a·s² attention scores (the paper's selective recomputation), which
+    drops the 5·a·s/h term.
     """
-    s, b, h, a, t = sequence, micro_batch, hidden, heads, tensor_parallel
+    s, b, h, a, t, p = sequence, micro_batch, hidden, heads, tensor_parallel, pipeline
     scores = 0.0 if flash_attention else 5 * a * s / h
     full_layer = s * b * h / t * (34 + scores)
     bracket = "34" if flash_attention else "34 + 5·a·s/h"
     numbers = "34" if flash_attention else f"34 + 5·{a}·{s}/{h}"
-    if checkpointing:
-        value = (layers * 2 * s * b * h / t + full_layer) / GB
-        formula = f"L × 2·s·b·h/t + s·b·h/t·({bracket})   (checkpointed inputs + one layer recomputed)"
-        worked = f"{layers} × 2·{s}·{b}·{h}/{t} + {full_layer / GB:.3f} GB = {value:.2f} GB"
-    else:
-        value = layers * full_layer / GB
-        formula = f"L × s·b·h/t × ({bracket})"
-        worked = f"{layers} × {s}·{b}·{h}/{t} × ({numbers}) = {value:.2f} GB"
+    stage_layers = layers / p
+
+    def held(in_flight: int) -> tuple[float, str, str]:
+        layer_count = in_flight * stage_layers
+        if checkpointing:
+            value = (layer_count * 2 * s * b * h / t + full_layer) / GB
+            return (value, f"{'k·L/p' if p > 1 else 'L'} × 2·s·b·h/t + s·b·h/t·({bracket})   (checkpointed inputs "
+                    "+ one layer recomputed)",
+                    f"{layer_count:g} × 2·{s}·{b}·{h}/{t} + {full_layer / GB:.3f} GB = {value:.2f} GB")
+        value = layer_count * full_layer / GB
+        return (value, f"{'k·L/p' if p > 1 else 'L'} × s·b·h/t × ({bracket})",
+                f"{layer_count:g} × {s}·{b}·{h}/{t} × ({numbers}) = {value:.2f} GB")
+
     logits = 4 * s * b * vocab / t / GB
+    first = held(min(p, micro_batches) if p > 1 else 1)
+    if p == 1:
+        value, formula, worked = first
+        on_this_stage = logits
+    else:
+        last = held(1)
+        if first[0] >= last[0] + logits:
+            (value, formula, worked), on_this_stage = first, 0.0
+            formula += f"; first stage, k = min(p, m) = {min(p, micro_batches)} micro-batches in flight"
+        else:
+            (value, formula, worked), on_this_stage = last, logits
+            formula += "; last stage (one micro-batch in flight, and the logits)"
     return [Quantity("activations", value, "GB", formula, worked),
-            Quantity("logits (fp32, for the loss)", logits, "GB", "4·s·b·V/t",
-                     f"4·{s}·{b}·{vocab}/{t} = {logits:.2f} GB")]
+            Quantity("logits (fp32, for the loss)", on_this_stage, "GB", "4·s·b·V/t" + ("" if on_this_stage or p == 1
+                     else " on the last stage, not this one"),
+                     f"4·{s}·{b}·{vocab}/{t} = {logits:.2f} GB" + ("" if on_this_stage or p == 1 else " (elsewhere)"))]
 
 
 def transfer_time(nbytes: float, gbytes_per_s: float) -> Quantity:

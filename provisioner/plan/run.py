@@ -303,7 +303,7 @@ def plan(request: PlanRequest) -> dict:
     limit = sizing.scaling_limit(job, cluster, chosen.layout, global_batch)
     other = formulas.activation_memory(shape.layers, shape.hidden, shape.heads, shape.vocab, job.sequence,
                                        job.micro_batch, chosen.layout.tensor, not job.checkpointing,
-                                       job.flash_attention)[0]
+                                       job.flash_attention, chosen.layout.pipeline, chosen.layout.micro_batches)[0]
     current = next(q.value for q in chosen.memory if q.name == "activations")
     document["activations_other_mode"] = {
         **other.as_dict(), "checkpointing": not job.checkpointing,

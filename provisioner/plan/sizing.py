@@ -144,7 +144,8 @@ def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
     memory = formulas.model_state_memory(job.parameters, model_parallel, layout.data, job.zero_stage,
                                          job.precision, job.optimizer)
     memory += formulas.activation_memory(shape.layers, shape.hidden, shape.heads, shape.vocab, job.sequence,
-                                         job.micro_batch, layout.tensor, job.checkpointing, job.flash_attention)
+                                         job.micro_batch, layout.tensor, job.checkpointing, job.flash_attention,
+                                         layout.pipeline, layout.micro_batches)
     total = sum(q.value for q in memory)
     gradient_bytes = job.parameters / model_parallel * formulas.PRECISIONS[job.precision].gradient_bytes
     tokens = job.micro_batch * job.sequence * layout.data * layout.micro_batches
