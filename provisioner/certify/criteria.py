@@ -405,17 +405,6 @@ def nccl_versions(results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     return {"system": dict(sorted(system.items())), "torch": dict(sorted(torch_nccl.items()))}
 
 
-def _first_difference(saved: dict[str, list[float]], loaded: dict[str, list[float]],
-                      tolerance: float) -> str | None:
-    """The first tensor (in the state's order) whose checksums differ, missing or extra."""
-    for name in list(saved) + [name for name in loaded if name not in saved]:
-        if name not in loaded or name not in saved:
-            return name
-        if any(not _same(a, b, tolerance) for a, b in zip(saved[name], loaded[name], strict=True)):
-            return name
-    return None
-
-
 def _same(a: float, b: float, tolerance: float) -> bool:
     if tolerance == 0:
         return a == b
@@ -425,28 +414,24 @@ def _same(a: float, b: float, tolerance: float) -> bool:
 def resume_checks(reference: dict[str, Any], resumed: dict[str, Any], tolerance: float = 0.0,
                   prefix: str = "training.resume") -> tuple[list[Check], dict[str, Any]]:
     """A training resumed from the checkpoint the reference run saved after k steps against the
-    reference's own steps k+1..: every rank's loaded state equal to what it saved (a rank that
-    differs named with its host and first differing tensor), the same losses and global gradient
-    norms step by step, the same parameters at the end. tolerance 0: bitwise (CPU, gloo)."""
+    reference's own steps k+1..: every rank's loaded state equal to what it saved (each rank
+    compared its own; a rank that differs is named with its host and first differing tensor),
+    the same losses and global gradient norms step by step, the same parameters at the end.
+    tolerance 0: bitwise (CPU, gloo)."""
     saved_at = int(reference.get("saved_at") or 0)
     hosts = list(resumed.get("hosts") or [])
     nodes = sorted(set(hosts) | set(reference.get("hosts") or []))
     checks: list[Check] = []
-    saved, loaded = reference.get("saved_state") or [], resumed.get("loaded_state") or []
-    differing = {}
-    for rank, (mine_saved, mine_loaded) in enumerate(zip(saved, loaded, strict=False)):
-        name = _first_difference(mine_saved or {}, mine_loaded or {}, tolerance)
-        if name is not None:
-            differing[rank] = name
-    culprits = sorted({hosts[rank] for rank in differing if rank < len(hosts)})
-    detail = "; ".join(f"rank {rank} on {hosts[rank] if rank < len(hosts) else '?'}: {name} differs"
-                       for rank, name in sorted(differing.items()))
-    state_known = len(saved) == len(loaded) == len(hosts) and bool(saved)
+    state = resumed.get("resume_state") or {}
+    differing = {int(entry["rank"]): (str(entry["host"]), str(entry["tensor"])) for entry in state.get("differing", [])}
+    culprits = sorted({host for host, _ in differing.values()})
+    detail = "; ".join(f"rank {rank} on {host}: {tensor} differs" for rank, (host, tensor) in sorted(differing.items()))
+    state_known = int(state.get("ranks_compared") or 0) == len(hosts) > 0
     checks.append(Check(f"{prefix}.state", f"resumed state identical to the saved one on every rank (step {saved_at})",
                         "training", state_known and not differing, nodes, culprits,
                         len(differing), 0, "ranks differing",
                         detail or ("every tensor of the model and the optimizer, on each rank" if state_known else
-                                   "a run saved or loaded no state checksums")))
+                                   "the resumed run compared no state")))
     steps = len(resumed["series"]["mean_loss"])
     curves: dict[str, Any] = {"saved_at": saved_at, "steps": steps}
     for series, label in (("mean_loss", "losses"), ("grad_norm", "global gradient norms")):
@@ -469,9 +454,8 @@ def resume_checks(reference: dict[str, Any], resumed: dict[str, Any], tolerance:
     checks.append(Check(f"{prefix}.parameters", "parameters at the end identical to the run that went on", "training",
                         same_end, nodes, [] if same_end else culprits, len(ranks), 0, "ranks differing",
                         ", ".join(f"rank {rank} on {hosts[rank] if rank < len(hosts) else '?'}" for rank in ranks)))
-    curves.update({"tolerance": tolerance, "differing_ranks": {str(rank): {"host": hosts[rank] if rank < len(hosts)
-                                                                            else "", "tensor": name}
-                                                                for rank, name in differing.items()},
+    curves.update({"tolerance": tolerance, "differing_ranks": {str(rank): {"host": host, "tensor": tensor}
+                                                                for rank, (host, tensor) in differing.items()},
                    "reference_hosts": reference.get("hosts"), "resumed_hosts": hosts})
     return checks, curves
 

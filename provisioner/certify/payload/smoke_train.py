@@ -18,7 +18,8 @@ Resume: with --checkpoint-dir and --save-at K the run saves its state after K st
 (training_checkpoint.py) and goes on; with --resume a new run loads it and trains from step K to
 --steps. Both report the checksums of every tensor of the state they saved or loaded, per rank:
 the certification compares the resumed steps' losses and gradient norms with the run that went
-on, and names a rank whose loaded state differs, with the first tensor that does.
+on, and names a rank whose loaded state differs, with the first tensor that does (each rank
+compares with the checksums it saved; only the differences travel).
 """
 from __future__ import annotations
 
@@ -253,14 +254,6 @@ class StepClock:
         return float(last) - float(self._start)
 
 
-def gather_checksums(model: nn.Module, optimizer: torch.optim.Optimizer, world: int) -> list[dict] | None:
-    """Every rank's state checksums, on rank 0 (None elsewhere)."""
-    mine = training_checkpoint.checksums(model, optimizer)
-    everyone: list[dict | None] = [None] * world
-    dist.all_gather_object(everyone, mine)
-    return everyone if dist.get_rank() == 0 else None  # type: ignore[return-value]
-
-
 def quantile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
@@ -320,7 +313,7 @@ def main() -> None:
     generator = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
     use_bf16 = preset.bf16 and device.type == "cuda"
 
-    first_step, saved_state, loaded_state = 0, None, None
+    first_step, saved, resume_state = 0, False, None
     if args.resume:
         heartbeat.advance("loading the checkpoint")
         # DDP lays its gradient buckets out again after its first iteration, in the order the
@@ -337,7 +330,12 @@ def main() -> None:
             with torch.no_grad():
                 tensor = model.blocks[-1].mlp[0].weight
                 tensor.add_(torch.randn_like(tensor) * 1e-3)
-        loaded_state = gather_checksums(model, optimizer, world)
+        difference = training_checkpoint.first_difference(args.checkpoint_dir, model, optimizer)
+        differences: list = [None] * world
+        dist.all_gather_object(differences, difference)
+        resume_state = {"ranks_compared": world,
+                        "differing": [{"rank": r, "host": hosts[r], "tensor": name}
+                                      for r, name in enumerate(differences) if name is not None]}
 
     own: dict[str, list[float]] = {"step_time_s": [], "compute_time_s": []}
     series: dict[str, list[float]] = {"mean_loss": [], "grad_norm": [], "step_time_s": []}
@@ -383,8 +381,8 @@ def main() -> None:
             break
         if args.save_at is not None and step + 1 == args.save_at:
             heartbeat.advance(f"step {step} saving the checkpoint")
-            saved_state = gather_checksums(model, optimizer, world)
             training_checkpoint.save(args.checkpoint_dir, model, optimizer, args.save_at, generator)
+            saved = True
     finished = time.perf_counter()
     elapsed = finished - started
     heartbeat.advance("finishing")
@@ -423,8 +421,7 @@ def main() -> None:
             "peak_tflops": peak / 1e12 if peak else None, "fault_injected": args.inject_grad_fault is not None,
             "violation": violation, "series": series, "first_step": first_step,
             "parameter_checksums": [c.item() for c in checksums],
-            "saved_at": args.save_at if saved_state else None, "saved_state": saved_state,
-            "resumed": args.resume, "loaded_state": loaded_state,
+            "saved_at": args.save_at if saved else None, "resumed": args.resume, "resume_state": resume_state,
             "resume_fault_injected": args.inject_resume_fault is not None,
             "elapsed_s": elapsed, "steady_s": steady_s, "steady_steps": steady_steps,
             "tokens_per_second": tokens_per_second, "flops_per_token": flops,
