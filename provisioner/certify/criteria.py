@@ -112,6 +112,18 @@ def _transport_problem(stdout: str, criteria: Criteria) -> str | None:
     return None
 
 
+def run_facts(run: dict[str, Any], instrument: str) -> dict[str, Any]:
+    """The instrument's facts from a finished run; ParseError for a run that hung or failed
+    (Refused where its ranks refused to run without a GPU)."""
+    if run.get("hung"):
+        raise ParseError(f"hung: {run.get('hung_detail') or 'no progress'}")
+    if run["rc"] != 0:
+        if found := refusals(run.get("stdout") or ""):
+            raise Refused(found)
+        raise ParseError(f"exit status {run['rc']}: {(run.get('stderr') or '').strip()[-300:]}")
+    return read_output(instrument, run["stdout"])
+
+
 def communication_checks(results: list[dict[str, Any]], criteria: Criteria,
                          localised: set[str] | None = None) -> tuple[list[Check], dict]:
     """Checks of the nccl-tests and sweep jobs; also returns the medians per measurement.
@@ -130,13 +142,7 @@ def communication_checks(results: list[dict[str, Any]], criteria: Criteria,
         parsed, errors, refusing = [], [], set()
         for run in runs:
             try:
-                if run.get("hung"):
-                    raise ParseError(f"hung: {run.get('hung_detail') or 'no progress'}")
-                if run["rc"] != 0:
-                    if found := refusals(run["stdout"]):
-                        raise Refused(found)
-                    raise ParseError(f"exit status {run['rc']}: {(run.get('stderr') or '').strip()[-300:]}")
-                parsed.append((run, read_output(instrument, run["stdout"])))
+                parsed.append((run, run_facts(run, instrument)))
             except Refused as refusal:
                 errors.append(f"{run['name']}: {refusal}")
                 refusing.update(refusal.hosts)
@@ -471,20 +477,11 @@ def storage_checks(results: list[dict[str, Any]], criteria: Criteria, target: di
         if result["instrument"] != "storage":
             continue
         node = result["nodes"][0]
-        problem = None
-        if result.get("hung"):
-            problem = f"hung: {result.get('hung_detail') or 'no progress'}"
-        elif result["rc"] != 0:
-            tail = (result.get("stderr") or "").strip().splitlines()
-            problem = f"exit status {result['rc']}" + (f": {tail[-1][-300:]}" if tail else "")
-        else:
-            try:
-                facts = read_output("storage", result["stdout"])
-            except (ParseError, ValueError, KeyError) as error:
-                problem = str(error)
-        if problem:
+        try:
+            facts = run_facts(result, "storage")
+        except (ParseError, ValueError, KeyError) as error:
             checks.append(Check(f"storage.ran.{node}", f"checkpoint write and read on {node}", "storage", False,
-                                [node], [node], detail=problem))
+                                [node], [node], detail=str(error)))
             continue
         measured[node] = {"write_gbps": round(facts["write"]["gbps"], 4), "read_gbps": round(facts["read"]["gbps"], 4),
                           "write_s": round(facts["write"]["seconds"], 3), "read_s": round(facts["read"]["seconds"], 3),

@@ -16,7 +16,7 @@ from typing import Any
 
 from provisioner.certify.schedule import Job, JobOutcome
 from provisioner.parsers.common import ParseError
-from provisioner.parsers.fio import parse_fio_json
+from provisioner.parsers.fio import fio_report
 from provisioner.parsers.nccl_tests import parse_nccl_tests
 
 SWEEP_MARK, TRAIN_MARK = "PROVISION-SWEEP ", "PROVISION-TRAIN "
@@ -87,7 +87,10 @@ def storage_facts(stdout: str) -> dict[str, Any]:
         direction = phase.get("phase")
         if direction not in ("write", "read"):
             continue
-        fio = parse_fio_json(json.dumps(phase.get("fio")))
+        report = phase.get("fio")
+        if not isinstance(report, dict):
+            raise ParseError(f"no fio report for the {direction} in the job's output")
+        fio = fio_report(report)
         if fio["errors"]:
             raise ParseError(f"fio {direction} failed in job(s) {', '.join(fio['errors'])}")
         moved = fio[direction]["io_bytes"]

@@ -22,7 +22,6 @@ from provisioner.ansible.lock import inventory_lock
 from provisioner.ansible.records import make_private
 from provisioner.ansible.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOutcome
 from provisioner.certify import bundle, criteria, report
-from provisioner.certify.outputs import read_output
 from provisioner.certify.profiles import ProfileError, Thresholds, durations_s, thresholds
 from provisioner.certify.progress import CertifyProgress
 from provisioner.certify.schedule import Round, base_rounds, estimate_s
@@ -428,17 +427,14 @@ def _resume_checks(runs: list[dict[str, Any]]) -> tuple[list[criteria.Check], di
     reference_run = next((run for run in reversed(runs) if run["instrument"] == "train"
                           and run["scope"] == "training" and run["nodes"] == resumed_run["nodes"]
                           and run["rc"] == 0), None)
-    problem = "hung" if resumed_run.get("hung") else (f"exit status {resumed_run['rc']}" if resumed_run["rc"] else "")
-    try:
-        reference = read_output("train", reference_run["stdout"]) if reference_run else None
-        resumed = read_output("train", resumed_run["stdout"]) if not problem else None
-    except (ParseError, ValueError, KeyError) as error:
-        reference, resumed, problem = None, None, str(error)
-    if reference is None or resumed is None:
-        tail = (resumed_run.get("stderr") or "").strip().splitlines()
+    if reference_run is None:
         return [criteria.Check("training.resume.ran", "smoke training resumed from its checkpoint", "training", False,
-                               resumed_run["nodes"], [], detail=(problem or "no training saved the checkpoint")
-                               + (f": {tail[-1][-300:]}" if tail else ""))], {}
+                               resumed_run["nodes"], [], detail="no training saved the checkpoint")], {}
+    try:
+        resumed, reference = criteria.run_facts(resumed_run, "train"), criteria.run_facts(reference_run, "train")
+    except (ParseError, ValueError, KeyError) as error:
+        return [criteria.Check("training.resume.ran", "smoke training resumed from its checkpoint", "training", False,
+                               resumed_run["nodes"], [], detail=str(error))], {}
     tolerance = 0.0 if resumed.get("device_name") == "cpu" else RESUME_GPU_TOLERANCE
     checks, curves = criteria.resume_checks(reference, resumed, tolerance)
     return checks, curves

@@ -35,7 +35,11 @@ def parse_fio_json(text: str) -> dict[str, Any]:
     """{"version", "jobs": [{name, error, read: {...}, write: {...}}], "read": {...}, "write": {...}}:
     each direction's io_bytes, bw_bytes (bytes/s) and runtime_ms, summed over the jobs (with
     --group_reporting fio reports one job for the group already)."""
-    report = _report(text)
+    return fio_report(_report(text))
+
+
+def fio_report(report: dict[str, Any]) -> dict[str, Any]:
+    """The facts of fio's JSON report already decoded (as the launcher embeds it in its line)."""
     jobs = report.get("jobs")
     if not isinstance(jobs, list) or not jobs:
         raise ParseError("fio report without jobs")

@@ -16,10 +16,10 @@ summary per rank (compute and wait medians, its CPUs). Runs on the nodes: torch 
 
 Resume: with --checkpoint-dir and --save-at K the run saves its state after K steps
 (training_checkpoint.py) and goes on; with --resume a new run loads it and trains from step K to
---steps. Both report the checksums of every tensor of the state they saved or loaded, per rank:
-the certification compares the resumed steps' losses and gradient norms with the run that went
-on, and names a rank whose loaded state differs, with the first tensor that does (each rank
-compares with the checksums it saved; only the differences travel).
+--steps. Each rank leaves the checksums of the state it saved beside the checkpoint and, on
+resuming, compares what it loaded with them: the resumed run reports the ranks whose state
+differs, with the first tensor that does. The certification compares the resumed steps' losses
+and gradient norms with the run that went on.
 """
 from __future__ import annotations
 
