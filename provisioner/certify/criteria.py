@@ -135,7 +135,8 @@ def communication_checks(results: list[dict[str, Any]], criteria: Criteria,
         if result["instrument"] in ("nccl-tests", "sweep"):
             grouped[(result["instrument"], result["scope"], tuple(result["nodes"]))].append(result)
     medians: dict[str, dict[tuple[str, ...], float]] = defaultdict(dict)
-    for (instrument, scope, members), runs in grouped.items():
+    for (instrument, scope, members), all_runs in grouped.items():
+        runs, first = _last_measurement(all_runs, instrument, criteria.gradient_bytes)
         nodes, label = list(members), _label(scope, list(members))
         blamed = _blamed(scope, nodes, set(nodes) if localised is None else localised)
         prefix = f"{instrument}.{scope}.{'+'.join(members) if scope != 'all' else 'all'}"
@@ -164,7 +165,7 @@ def communication_checks(results: list[dict[str, Any]], criteria: Criteria,
         passed = median >= threshold
         checks.append(Check(f"{prefix}.busbw", f"{instrument} busbw at the gradient size ({label})", "communication",
                             passed, nodes, [] if passed else blamed, round(median, 3), threshold,
-                            "GB/s", f"median of {len(values)}: {', '.join(f'{v:.3f}' for v in values)}; "
+                            "GB/s", f"median of {len(values)}: {', '.join(f'{v:.3f}' for v in values)}{first}; "
                                     f"threshold from {criteria.thresholds.source}"))
         bucket_rows = [bucket_row(facts["rows"], criteria.bucket_bytes) for _, facts in parsed]
         bucket_values = [row_busbw(row, instrument) for row in bucket_rows]
@@ -190,6 +191,24 @@ def communication_checks(results: list[dict[str, Any]], criteria: Criteria,
                                                                                     if criteria.expect_gdr else "")))
     checks.extend(_variance_checks(medians, criteria))
     return checks, {key: {"+".join(k): v for k, v in value.items()} for key, value in medians.items()}
+
+
+def _last_measurement(runs: list[dict[str, Any]], instrument: str,
+                      gradient_bytes: int) -> tuple[list[dict[str, Any]], str]:
+    """The runs of a job's last round, and what its first measured where the schedule measured
+    it again (a node slow alone is measured once more before it is named): the last is the figure."""
+    rounds = sorted({run.get("round", 0) for run in runs})
+    if len(rounds) < 2:
+        return runs, ""
+    earlier = []
+    for run in runs:
+        if run.get("round", 0) == rounds[0]:
+            try:
+                earlier.append(busbw(run_facts(run, instrument), instrument, gradient_bytes))
+            except (ParseError, ValueError, KeyError):
+                continue
+    first = f"; measured again, the first time {statistics.median(earlier):.3f}" if earlier else ""
+    return [run for run in runs if run.get("round", 0) == rounds[-1]], first
 
 
 def _variance_checks(medians: dict[str, dict[tuple[str, ...], float]], criteria: Criteria) -> list[Check]:

@@ -325,19 +325,40 @@ class Scheduler:
             if round_.jobs[0].instrument == "storage":
                 self._judge_storage(outcomes)
             elif scope == "node":
-                self._judge_alone(outcomes)
+                yield from self._judge_alone(round_, outcomes)
             elif scope == "all":
                 yield from self._judge_all(outcomes[0])
             elif scope == "training":
                 yield from self._judge_training(outcomes[0])
 
-    def _judge_alone(self, outcomes: list[JobOutcome]) -> None:
+    def _judge_alone(self, round_: Round, outcomes: list[JobOutcome]) -> Generator[Round, list[JobOutcome], None]:
+        """Each node against the fleet median. A node that failed, or fell below the floor, is
+        named at once. One that ran but measured slow against the others is measured again, the
+        slow ones together in one round, and named only if slow again: a figure taken once can
+        be a passing disturbance (a busy core, another process); a node slow twice is the node."""
         median = self._median(outcomes)
+        slow = []
         for outcome in outcomes:
+            if not self._bad(outcome, median):
+                continue
+            if (outcome.status == "ok" and outcome.busbw_gbps is not None
+                    and outcome.busbw_gbps >= self.limits.floor(outcome.job.scope)):
+                slow.append(outcome)
+            else:
+                self._name_alone(outcome, median)
+        if not slow:
+            return
+        again = yield Round(f"{round_.name}: the slow ones measured again", LOCALISE,
+                            [Job(o.job.instrument, o.job.scope, list(o.job.nodes), o.job.repeats, list(o.job.args),
+                                 f"measured again: {self._describe(o, median)}") for o in slow])
+        for first, outcome in zip(slow, again, strict=True):
             if self._bad(outcome, median):
-                how = f"{outcome.job.instrument} alone on the node: {self._describe(outcome, median)}"
-                self._blame(outcome.job.nodes, how)
-                self.findings.append(Finding("node", list(outcome.job.nodes), outcome.job.instrument, how, "node"))
+                self._name_alone(outcome, median, f"; first {first.busbw_gbps:.3f} GB/s")
+
+    def _name_alone(self, outcome: JobOutcome, median: float | None, before: str = "") -> None:
+        how = f"{outcome.job.instrument} alone on the node: {self._describe(outcome, median)}{before}"
+        self._blame(outcome.job.nodes, how)
+        self.findings.append(Finding("node", list(outcome.job.nodes), outcome.job.instrument, how, "node"))
 
     def _judge_storage(self, outcomes: list[JobOutcome]) -> None:
         """A node that could not write or read its part of the checkpoint is named; how fast each

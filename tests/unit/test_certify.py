@@ -101,6 +101,20 @@ def test_communication_thresholds_data_and_variance():
     assert not unlocalised["a"]["certified"]
 
 
+def test_a_node_measured_again_is_judged_by_its_last_measurement():
+    """The schedule measures a node slow alone once more before naming it: the criteria take the
+    last round's figure for it, and say what the first was."""
+    results = [{**sweep_result("node", [node], value), "round": 0}
+               for node, value in (("a", 1.0), ("b", 0.97), ("c", 0.3), ("d", 0.4))]
+    results += [{**sweep_result("node", ["c"], 0.95), "round": 1}, {**sweep_result("node", ["d"], 0.45), "round": 1}]
+    checks, medians = criteria.communication_checks(results, judge())
+    found = by_id(checks)
+    assert medians["sweep.node"] == {"a": 1.0, "b": 0.97, "c": 0.95, "d": 0.45}
+    assert found["sweep.variance.node.c"].passed and not found["sweep.variance.node.d"].passed
+    assert "measured again, the first time 0.300" in found["sweep.node.c.busbw"].detail
+    assert "measured again" not in found["sweep.node.a.busbw"].detail
+
+
 def test_busbw_is_also_judged_at_the_ddp_bucket_size():
     sizes = {32 << 20: 50.0, 64 << 20: 120.0, 128 << 20: 300.0, 8 << 30: 440.0}
 

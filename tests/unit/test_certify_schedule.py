@@ -132,6 +132,45 @@ def test_any_single_slow_node_is_named_alone(count: int):
         assert training[-1].nodes == [node for node in nodes if node != bad]
 
 
+@pytest.mark.parametrize("count", [5, 17, 1024])
+def test_a_node_slow_alone_is_measured_again_and_named_only_if_slow_twice(count: int):
+    """One node measured slow on its own (a busy core during the measurement), fine when measured
+    again: nobody is named. Another slow both times: named, with both figures. The slow ones of
+    the round are measured again together, in one extra round."""
+    nodes = fleet(count)
+    passing, lasting = nodes[0], nodes[-1]
+    hardware = SimulatedFleet()
+    measured: dict[str, int] = {}
+
+    def outcome(job: Job) -> JobOutcome:
+        if job.scope != "node" or job.instrument != "nccl-tests":
+            return SimulatedFleet().outcome(job)
+        node = job.nodes[0]
+        measured[node] = measured.get(node, 0) + 1
+        slow = node == lasting or (node == passing and measured[node] == 1)
+        return JobOutcome(job, "ok", 410.0 if slow else 450.0)  # above the floor, 400
+
+    hardware.outcome = outcome  # type: ignore[method-assign]
+    scheduler = run(scheduler_for(nodes), hardware)
+    assert set(scheduler.blamed) == {lasting}, scheduler.blamed
+    assert measured[passing] == measured[lasting] == 2
+    assert all(count == 1 for node, count in measured.items() if node not in (passing, lasting))
+    again = [r for r in scheduler.rounds if r.name.endswith("measured again")]
+    assert len(again) == 1 and [job.nodes[0] for job in again[0].jobs] == [passing, lasting]
+    assert "410.000 GB/s against 450.000; first 410.000 GB/s" in scheduler.blamed[lasting][0]
+
+
+def test_a_node_below_the_floor_alone_is_named_without_measuring_it_again():
+    nodes = fleet(4)
+    hardware = SimulatedFleet()
+    original = hardware.outcome
+    hardware.outcome = lambda job: (JobOutcome(job, "ok", 100.0) if job.scope == "node" and job.nodes == [nodes[1]]
+                                    else original(job))  # type: ignore[method-assign]
+    scheduler = run(scheduler_for(nodes), hardware)
+    assert set(scheduler.blamed) == {nodes[1]}
+    assert not [r for r in scheduler.rounds if r.name.endswith("measured again")]
+
+
 @pytest.mark.parametrize("count", [c for c in SIZES if c >= 4])
 def test_any_single_slow_link_is_named_and_blames_no_node(count: int):
     nodes = fleet(count)
