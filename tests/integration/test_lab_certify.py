@@ -57,17 +57,21 @@ def test_the_lab_is_certified_with_evidence(certify_runs: Path):
     training = document["training"]
     assert training["steps_done"] == 1000 and training["ranks"] == 4 and training["backend"] == "gloo"
     assert training["mean_loss"][-1] < training["mean_loss"][0] / 2
-    # nccl-tests repeated three times per measurement, the medians kept per scope
-    assert sum(job["instrument"] == "nccl-tests" for job in document["jobs"]) == 9
-    assert set(document["medians_gbps"]["nccl-tests.node"]) == {"gpu01", "gpu02"}
     # in rounds: both nodes alone at once (nccl-tests, then the sweep), all nodes, the training,
     # the training resumed from the checkpoint it saved, the checkpoint written and read by both
     # nodes at once
-    assert [r["name"] for r in document["rounds"]] == ["nccl-tests on each node", "sweep on each node",
-                                                       "nccl-tests on all nodes", "sweep on all nodes",
-                                                       "smoke training", "smoke training resumed from its checkpoint",
-                                                       "checkpoint storage on each node"]
-    assert document["schedule"] == {"base_rounds": 7, "localise_rounds": 0} and not document["findings"]
+    names = [r["name"] for r in document["rounds"] if r["kind"] == "base"]
+    assert names == ["nccl-tests on each node", "sweep on each node", "nccl-tests on all nodes", "sweep on all nodes",
+                     "smoke training", "smoke training resumed from its checkpoint", "checkpoint storage on each node"]
+    # Two nodes' four ranks share two CPUs: a node that lost them for one measurement is measured
+    # again, and certified on its second figure; nothing else is an extra round.
+    again = [r for r in document["rounds"] if r["kind"] != "base"]
+    assert all(r["name"].endswith(": the slow ones measured again") for r in again)
+    assert document["schedule"]["base_rounds"] == 7 and not document["findings"]
+    # nccl-tests repeated three times per measurement, the medians kept per scope
+    measured_again = sum(job["instrument"] == "nccl-tests" for r in again for job in r["jobs"])
+    assert sum(job["instrument"] == "nccl-tests" for job in document["jobs"]) == 9 + 3 * measured_again
+    assert set(document["medians_gbps"]["nccl-tests.node"]) == {"gpu01", "gpu02"}
     # resumed after step 980 on the other node's ranks (rotated), the last 20 steps bit for bit
     resume = document["resume"]
     assert resume["saved_at"] == 980 and resume["steps"] == 20 and resume["tolerance"] == 0
@@ -85,7 +89,9 @@ def test_the_lab_is_certified_with_evidence(certify_runs: Path):
     assert {"storage.save", "storage.load"} <= ids and storage["save_s"] <= storage["save_max_s"]
     alone = [job for job in document["jobs"] if job["scope"] == "node" and job["name"].endswith("#1")
              and job["instrument"] in ("nccl-tests", "sweep")]
-    assert {job["round"] for job in alone} == {0, 1} and len(alone) == 4
+    first_two = [number for number, r in enumerate(document["rounds"]) if r["name"] in names[:2]]
+    assert {job["round"] for job in alone if job["round"] in first_two} == set(first_two)
+    assert sum(job["round"] in first_two for job in alone) == 4
     # every task got its share of the node's CPUs (2 CPUs: one per nccl-tests task, both for torchrun)
     assert {f"cpus.{node}" for node in ("gpu01", "gpu02")} <= ids and document["node_cpus"] == {"gpu01": 2,
                                                                                                  "gpu02": 2}
