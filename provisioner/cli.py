@@ -151,6 +151,12 @@ def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
     training.add_argument("--optimizer", default="adamw", help="adamw, adam, sgd, adam-8bit")
     training.add_argument("--zero-stage", type=int, default=1, help="0 (plain DDP), 1, 2, 3 (FSDP full shard)")
     training.add_argument("--checkpointing", action="store_true", help="full activation checkpointing")
+    training.add_argument("--selective-recompute", action="store_true",
+                          help="attention scores recomputed, not stored (what flash attention does)")
+    training.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false",
+                          help="norms and dropout run whole on every tensor-parallel rank")
+    training.add_argument("--virtual-stages", type=int, default=1,
+                          help="interleaved 1F1B: layer chunks per pipeline rank (default 1)")
     training.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
                           help="attention scores are stored for the backward pass (5·a·s/h per layer)")
     for name in ("tensor-parallel", "pipeline-parallel", "data-parallel"):
@@ -158,7 +164,8 @@ def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
     training.add_argument("--tokens", help="a token budget (15T, 2e12): the days and GPU-hours it takes")
     training.add_argument("--checkpoint-every", type=int, metavar="STEPS",
                           help="with --certification: the overhead of saving a checkpoint every STEPS steps")
-    training.add_argument("--mfu", type=float, default=0.40, help="assumed model FLOPs utilisation of compute")
+    training.add_argument("--mfu", type=float,
+                          help="a flat model FLOPs utilisation instead of the compute model")
     training.add_argument("--overlap", type=float, default=0.5,
                           help="fraction of the last backward pass that hides gradient traffic")
     cluster = plan.add_argument_group("cluster")
@@ -312,7 +319,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         kv_heads=args.kv_heads, ffn=args.ffn, vocab=args.vocab, sequence=args.sequence,
         micro_batch=args.micro_batch, global_batch=args.global_batch, precision=args.precision,
         optimizer=args.optimizer, zero_stage=args.zero_stage, checkpointing=args.checkpointing,
-        flash_attention=args.flash_attention,
+        flash_attention=args.flash_attention, selective_recompute=args.selective_recompute,
+        sequence_parallel=args.sequence_parallel, virtual_stages=args.virtual_stages,
         tensor_parallel=args.tensor_parallel, pipeline_parallel=args.pipeline_parallel,
         data_parallel=args.data_parallel, gpu=args.gpu, gpus_per_node=args.gpus_per_node, nodes=args.nodes,
         gpus=args.gpus, intra_node=args.intra_node, fabric=args.fabric, hcas_per_node=args.hcas_per_node,

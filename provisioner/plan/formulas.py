@@ -71,14 +71,16 @@ def model_state_memory(parameters: float, model_parallel: int, data_parallel: in
 
 def activation_memory(layers: int, hidden: int, heads: int, vocab: int, sequence: int, micro_batch: int,
                       tensor_parallel: int, checkpointing: bool, flash_attention: bool = True,
-                      pipeline: int = 1, micro_batches: int = 1) -> list[Quantity]:
+                      pipeline: int = 1, micro_batches: int = 1, virtual_stages: int = 1) -> list[Quantity]:
     """Activations held by the GPU that holds most, for the backward pass.
 
     Per layer without recomputation s·b·h/t·(34 + 5·a·s/h) bytes; with full checkpointing each layer
     keeps only its 16-bit input, 2·s·b·h/t, plus one layer's full activations while it is recomputed.
     With 1F1B pipelining the first stage holds min(p, m) micro-batches of its L/p layers (p in
     flight, or every micro-batch when there are fewer); the last stage holds one, and the fp32
-    logits for the loss, 4·s·b·V/t: the larger of the two stages is the GPU's figure. Flash
+    logits for the loss, 4·s·b·V/t: the larger of the two stages is the GPU's figure. Interleaved
+    over v chunks per GPU the first stage holds (1 + (p-1)/(p·v)) times as much (Korthikanti et al.,
+    section 4.2.3). Flash
     attention never stores the a·s² attention scores (the paper's selective recomputation), which
     drops the 5·a·s/h term.
     """
@@ -89,7 +91,7 @@ def activation_memory(layers: int, hidden: int, heads: int, vocab: int, sequence
     numbers = "34" if flash_attention else f"34 + 5·{a}·{s}/{h}"
     stage_layers = layers / p
 
-    def held(in_flight: int) -> tuple[float, str, str]:
+    def held(in_flight: float) -> tuple[float, str, str]:
         layer_count = in_flight * stage_layers
         if checkpointing:
             value = (layer_count * 2 * s * b * h / t + full_layer) / GB
@@ -101,7 +103,8 @@ def activation_memory(layers: int, hidden: int, heads: int, vocab: int, sequence
                 f"{layer_count:g} × {s}·{b}·{h}/{t} × ({numbers}) = {value:.2f} GB")
 
     logits = 4 * s * b * vocab / t / GB
-    first = held(min(p, micro_batches) if p > 1 else 1)
+    interleaving = 1 + (p - 1) / (p * virtual_stages) if virtual_stages > 1 else 1.0
+    first = held(min(p, micro_batches) * interleaving if p > 1 else 1)
     if p == 1:
         value, formula, worked = first
         on_this_stage = logits
@@ -109,7 +112,9 @@ def activation_memory(layers: int, hidden: int, heads: int, vocab: int, sequence
         last = held(1)
         if first[0] >= last[0] + logits:
             (value, formula, worked), on_this_stage = first, 0.0
-            formula += f"; first stage, k = min(p, m) = {min(p, micro_batches)} micro-batches in flight"
+            formula += (f"; first stage, k = min(p, m) = {min(p, micro_batches)} micro-batches in flight" + (
+                f" × (1 + (p-1)/(p·v)) = {min(p, micro_batches) * interleaving:.4g} (interleaved)"
+                if virtual_stages > 1 else ""))
         else:
             (value, formula, worked), on_this_stage = last, logits
             formula += "; last stage (one micro-batch in flight, and the logits)"
@@ -152,8 +157,12 @@ def compute_time(active_parameters: float, tokens: float, gpus: int, peak_tflops
                     f"{extra} = {seconds * 1e3:.4g} ms")
 
 
-def pipeline_bubble(stages: int, micro_batches: int) -> Quantity:
-    """The 1F1B schedule's idle fraction: (p-1)/(m+p-1)."""
-    value = (stages - 1) / (micro_batches + stages - 1)
-    return Quantity("pipeline bubble", value, "fraction", "(p-1)/(m+p-1)",
-                    f"({stages}-1)/({micro_batches}+{stages}-1) = {value:.3f}")
+def pipeline_bubble(stages: int, micro_batches: int, virtual_stages: int = 1) -> Quantity:
+    """The 1F1B schedule's idle fraction: (p-1)/(m+p-1); interleaved over v chunks per GPU, (p-1)/(v·m+p-1)."""
+    v = virtual_stages
+    value = (stages - 1) / (v * micro_batches + stages - 1)
+    if v == 1:
+        return Quantity("pipeline bubble", value, "fraction", "(p-1)/(m+p-1)",
+                        f"({stages}-1)/({micro_batches}+{stages}-1) = {value:.3f}")
+    return Quantity("pipeline bubble", value, "fraction", "(p-1)/(v·m+p-1), interleaved",
+                    f"({stages}-1)/({v}·{micro_batches}+{stages}-1) = {value:.3f}")

@@ -44,6 +44,11 @@ class ModelShape:
         return self.layers * per_layer + self._embeddings() + self.hidden
 
     @property
+    def active_parameters_per_layer(self) -> int:
+        """The weights of one layer a token passes through (top-k experts)."""
+        return self._attention() + self.experts_per_token * self._mlp() + self._router() + 2 * self.hidden
+
+    @property
     def active_parameters(self) -> int:
         """Weights one token passes through (top-k experts): what compute scales with."""
         per_layer = self._attention() + self.experts_per_token * self._mlp() + self._router() + 2 * self.hidden

@@ -46,7 +46,7 @@ def _summary(document: dict) -> Table:
                   f"hidden {model['hidden']}, {model['heads']} heads ({model['source']})")
     table.add_row("training", f"sequence {training['sequence']}, micro-batch {training['micro_batch']}, global batch "
                   f"{training['global_batch']}, {training['precision']}, {training['optimizer']}, ZeRO stage "
-                  f"{training['zero_stage']}, checkpointing {'on' if training['activation_checkpointing'] else 'off'}, "
+                  f"{training['zero_stage']}, recompute {training['recompute']}, "
                   f"flash attention {'on' if training['flash_attention'] else 'off'} "
                   f"({training['global_batch_tokens'] / 1e6:.3g}M tokens per step)")
     table.add_row("cluster", f"{cluster['nodes']} x {cluster['gpus_per_node']} {cluster['gpu']} "
@@ -54,7 +54,11 @@ def _summary(document: dict) -> Table:
                   f"{cluster['gpu_source']})")
     table.add_row("bandwidth", cluster["bandwidth"])
     assumptions = document["assumptions"]
-    table.add_row("assumptions", f"MFU {assumptions['mfu']:g}, overlap {assumptions['overlap']:g}, "
+    model_text = (f"flat MFU {assumptions['mfu']:g} (--mfu)" if assumptions["mfu"] is not None else
+                  "compute model: GEMMs at {gemm_share:g} of peak, {elementwise_bytes:g} B per activation element "
+                  "at memory bandwidth, {layer_overhead_ms:g} ms per layer and micro-batch; fitted to {fitted_to}"
+                  .format(**assumptions["compute_model"]))
+    table.add_row("assumptions", f"{model_text}; overlap {assumptions['overlap']:g}, "
                   f"{cluster['memory_reserve']:.0%} of GPU memory reserved")
     return table
 
@@ -84,10 +88,11 @@ def print_plan(console: Console, document: dict) -> None:
                   highlight=False)
     console.print(_quantities(f"memory per GPU: {chosen['memory_total_gb']:.1f} GB of "
                               f"{document['cluster']['usable_memory_gb']:.1f} GB usable", chosen["memory"]))
+    console.print(_quantities("one micro-batch on the busiest pipeline stage", chosen["micro_batch"]))
     console.print(_quantities(f"one step: {figure(chosen['step_time_ms'], 'ms')}, gradients "
                               f"{chosen['gradient_bytes_per_step'] / 1e9:.3g} GB per GPU",
                               [chosen["gradients"], *chosen["communication"], chosen["compute"],
-                               chosen["pipeline_bubble"]]))
+                               chosen["pipeline_bubble"], chosen["optimizer_step"]]))
     _print_checkpoint(console, document["checkpoint"], document["cluster"]["nodes"])
     if document["fits"]:
         other = document["activations_other_mode"]

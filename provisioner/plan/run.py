@@ -7,7 +7,7 @@ from pathlib import Path
 
 from provisioner.errors import InputError, InputProblem
 from provisioner.inventory.model import Inventory
-from provisioner.plan import checkpoint, formulas, hardware, sizing, sources
+from provisioner.plan import checkpoint, compute, formulas, hardware, sizing, sources
 from provisioner.plan.models import PRESETS, ModelShape, custom_shape, parse_count
 
 ARGS = "command line"
@@ -38,7 +38,10 @@ class PlanRequest:
     optimizer: str = "adamw"
     zero_stage: int = 1
     checkpointing: bool = False
+    selective_recompute: bool = False
     flash_attention: bool = True
+    sequence_parallel: bool = True
+    virtual_stages: int = 1
     tensor_parallel: int | None = None
     pipeline_parallel: int | None = None
     data_parallel: int | None = None
@@ -53,7 +56,7 @@ class PlanRequest:
     certification: Path | None = None
     checkpoint_every: int | None = None
     tokens: str | None = None  # a token budget (15T): the time and GPU-hours it takes
-    mfu: float = 0.40
+    mfu: float | None = None  # None: the compute model
     overlap: float = 0.5
     memory_reserve: float = 0.10
 
@@ -158,7 +161,7 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
         problems.append(InputProblem(ARGS, "--optimizer", f"one of {', '.join(formulas.OPTIMIZER_STATE_BYTES)}"))
     if request.zero_stage not in (0, 1, 2, 3):
         problems.append(InputProblem(ARGS, "--zero-stage", "0, 1, 2 or 3"))
-    if not 0 < request.mfu <= 1:
+    if request.mfu is not None and not 0 < request.mfu <= 1:
         problems.append(InputProblem(ARGS, "--mfu", f"a fraction in (0, 1], got {request.mfu}"))
     if not 0 <= request.overlap <= 1:
         problems.append(InputProblem(ARGS, "--overlap", f"a fraction in [0, 1], got {request.overlap}"))
@@ -166,7 +169,8 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
               global_batch=request.global_batch, tensor_parallel=request.tensor_parallel,
               pipeline_parallel=request.pipeline_parallel, data_parallel=request.data_parallel,
               nodes=request.nodes, gpus=request.gpus, gpus_per_node=request.gpus_per_node,
-              hcas_per_node=request.hcas_per_node, checkpoint_every=request.checkpoint_every)
+              hcas_per_node=request.hcas_per_node, checkpoint_every=request.checkpoint_every,
+              virtual_stages=request.virtual_stages)
     if request.tokens:
         try:
             parse_count(request.tokens)
@@ -182,7 +186,7 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
     active = parameters * shape.active_parameters / shape.parameters
     job = sizing.Job(shape, parameters, active, request.sequence, request.micro_batch, request.precision,
                      request.optimizer, request.zero_stage, request.checkpointing, request.mfu, request.overlap,
-                     request.flash_attention)
+                     request.flash_attention, request.selective_recompute, request.sequence_parallel)
     global_batch = request.global_batch or default_global_batch(request.sequence, request.micro_batch)
     if request.tensor_parallel and cluster.gpus_per_node % request.tensor_parallel:
         problems.append(InputProblem(ARGS, "--tensor-parallel", f"{request.tensor_parallel} does not divide the "
@@ -259,7 +263,7 @@ def plan(request: PlanRequest) -> dict:
     """The sizing document. Raises InputError for bad input and DoesNotFit when no layout holds the job."""
     job, cluster, global_batch = build(request)
     layouts = sizing.candidate_layouts(job, cluster, global_batch, request.tensor_parallel,
-                                       request.pipeline_parallel, request.data_parallel)
+                                       request.pipeline_parallel, request.data_parallel, request.virtual_stages)
     if not layouts:
         raise InputError([InputProblem(ARGS, "--global-batch", f"no layout of {cluster.gpus} GPUs (tensor "
                                        f"{request.tensor_parallel or 'any'}, pipeline "
@@ -277,13 +281,16 @@ def plan(request: PlanRequest) -> dict:
         "training": {"sequence": job.sequence, "micro_batch": job.micro_batch, "global_batch": global_batch,
                      "precision": job.precision, "optimizer": job.optimizer, "zero_stage": job.zero_stage,
                      "activation_checkpointing": job.checkpointing, "flash_attention": job.flash_attention,
+                     "recompute": job.recompute, "sequence_parallel": job.sequence_parallel,
+                     "virtual_stages": request.virtual_stages,
                      "global_batch_tokens": global_batch * job.sequence},
         "cluster": {"gpu": cluster.gpu.name, "gpu_source": cluster.gpu.source, "gpu_memory_gb": cluster.gpu.memory_gb,
                     "usable_memory_gb": round(cluster.usable_memory_gb, 2),
                     "memory_reserve": cluster.memory_reserve, "bf16_dense_tflops": cluster.gpu.bf16_dense_tflops,
                     "memory_bandwidth_tbps": cluster.gpu.memory_bandwidth_tbps, "gpus_per_node": cluster.gpus_per_node,
                     "nodes": cluster.nodes, "gpus": cluster.gpus, "bandwidth": cluster.bandwidth.source},
-        "assumptions": {"mfu": job.mfu, "overlap": job.overlap,
+        "assumptions": {"mfu": job.mfu, "compute_model": compute.constants(cluster.gpu) if job.mfu is None else None,
+                        "overlap": job.overlap,
                         "overlap_meaning": "fraction of the last micro-batch's backward pass (2/3 of its compute) "
                                            "during which gradient traffic runs hidden"},
         "checkpoint": _checkpoint(request, job, cluster),

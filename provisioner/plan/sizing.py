@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from provisioner.plan import formulas
+from provisioner.plan import compute, formulas
 from provisioner.plan.formulas import Quantity
 from provisioner.plan.hardware import FABRICS, Gpu
 from provisioner.plan.models import ModelShape
@@ -33,9 +33,21 @@ class Job:
     optimizer: str
     zero_stage: int
     checkpointing: bool
-    mfu: float
+    mfu: float | None  # None: the compute model; a fraction: a flat MFU (the override)
     overlap: float
     flash_attention: bool = True
+    selective_recompute: bool = False
+    sequence_parallel: bool = True
+    tp_overlap: float = 0.0
+
+    @property
+    def recompute(self) -> str:
+        return "full" if self.checkpointing else "selective" if self.selective_recompute else "none"
+
+    @property
+    def scores_stored(self) -> bool:
+        """Unfused attention keeps its a·s² scores for the backward pass unless recomputed."""
+        return not (self.flash_attention or self.selective_recompute)
 
 
 @dataclass(frozen=True)
@@ -61,10 +73,11 @@ class Layout:
     pipeline: int
     data: int
     micro_batches: int
+    virtual_stages: int = 1  # interleaved 1F1B: each GPU holds this many chunks of L/(p·v) layers
 
     def as_dict(self) -> dict:
         return {"tensor_parallel": self.tensor, "pipeline_parallel": self.pipeline, "data_parallel": self.data,
-                "micro_batches": self.micro_batches}
+                "micro_batches": self.micro_batches, "virtual_stages": self.virtual_stages}
 
 
 @dataclass
@@ -84,6 +97,8 @@ class Evaluation:
     gradient_bytes: float
     gradient_sync_ms: float
     gradients: Quantity
+    micro_batch_parts: list[Quantity] = field(default_factory=list)
+    optimizer: Quantity | None = None
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -96,6 +111,8 @@ class Evaluation:
             "exposed_communication_ms": round(self.exposed_communication_ms, 3),
             "scaling_efficiency": round(self.scaling_efficiency, 4), "predicted_mfu": round(self.predicted_mfu, 4),
             "tokens_per_step": self.tokens_per_step, "notes": self.notes,
+            "micro_batch": [q.as_dict() for q in self.micro_batch_parts],
+            "optimizer_step": self.optimizer.as_dict() if self.optimizer else None,
         }
 
 
@@ -122,56 +139,71 @@ def _data_parallel_sync(job: Job, cluster: Cluster, layout: Layout, nbytes: floa
     return steps
 
 
-def _tensor_parallel_traffic(job: Job, cluster: Cluster, layout: Layout) -> list[Quantity]:
-    """Megatron tensor parallelism: 4 all-reduce-equivalents of 2·s·b·h bytes per layer and micro-batch."""
-    t = layout.tensor
-    if t < 2:
-        return []
-    shape = job.shape
-    per_call = formulas.ring_all_reduce_time(2 * job.sequence * job.micro_batch * shape.hidden, t,
-                                             cluster.bandwidth.intra_node_gbps)
-    calls = 4 * (shape.layers // layout.pipeline) * layout.micro_batches
-    total = per_call.value * calls
-    return [Quantity("tensor-parallel activations", total, "ms",
-                     "m × (L/p) × 4 × 2(t-1)/t × 2·s·b·h / intra-node bandwidth",
-                     f"{layout.micro_batches} × {shape.layers // layout.pipeline} × 4 × {per_call.worked}"
-                     f" → {total:.4g} ms")]
+def _micro_batch(job: Job, cluster: Cluster, layout: Layout) -> list[Quantity]:
+    """One micro-batch on the busiest stage: the compute model, or the flat MFU given instead."""
+    if job.mfu is None:
+        return compute.micro_batch_time(job.shape, job.sequence, job.micro_batch, layout.tensor,
+                                        compute.stage_work(job.shape, layout.pipeline), cluster.gpu,
+                                        cluster.bandwidth.intra_node_gbps, job.recompute, job.flash_attention,
+                                        job.sequence_parallel, job.tp_overlap)
+    tokens = job.micro_batch * job.sequence * layout.data
+    flat = formulas.compute_time(job.active_parameters, tokens, cluster.gpus // layout.pipeline,
+                                 cluster.gpu.bf16_dense_tflops, job.mfu, job.checkpointing)
+    return [Quantity("compute at the given MFU", flat.value, "ms", flat.formula, flat.worked)]
+
+
+def _optimizer_step(job: Job, cluster: Cluster, layout: Layout) -> Quantity:
+    """The optimizer reads and writes its states, the master copy, the gradients and the weights
+    of its shard once per step, at the GPU's memory bandwidth."""
+    shard = job.parameters / (layout.tensor * layout.pipeline) / (layout.data if job.zero_stage >= 1 else 1)
+    per_parameter = 2 * formulas.optimizer_bytes(job.precision, job.optimizer) + 2 * formulas.PRECISIONS[
+        job.precision].gradient_bytes
+    seconds = shard * per_parameter / (cluster.gpu.memory_bandwidth_tbps * 1e12)
+    return Quantity("optimizer step", seconds * 1e3, "ms", "P shard × (2·K + 2·gradient bytes) / memory bandwidth",
+                    f"{shard:.4g} × {per_parameter} B / {cluster.gpu.memory_bandwidth_tbps:g} TB/s = "
+                    f"{seconds * 1e3:.4g} ms")
 
 
 def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
     """Memory, time and efficiency of one layout."""
     shape, model_parallel = job.shape, layout.tensor * layout.pipeline
+    p, m, v = layout.pipeline, layout.micro_batches, layout.virtual_stages
     memory = formulas.model_state_memory(job.parameters, model_parallel, layout.data, job.zero_stage,
                                          job.precision, job.optimizer)
     memory += formulas.activation_memory(shape.layers, shape.hidden, shape.heads, shape.vocab, job.sequence,
-                                         job.micro_batch, layout.tensor, job.checkpointing, job.flash_attention,
-                                         layout.pipeline, layout.micro_batches)
+                                         job.micro_batch, layout.tensor, job.checkpointing, not job.scores_stored,
+                                         p, m, v)
     total = sum(q.value for q in memory)
     gradient_bytes = job.parameters / model_parallel * formulas.PRECISIONS[job.precision].gradient_bytes
-    tokens = job.micro_batch * job.sequence * layout.data * layout.micro_batches
-    compute = formulas.compute_time(job.active_parameters, tokens, cluster.gpus, cluster.gpu.bf16_dense_tflops,
-                                    job.mfu, job.checkpointing)
-    tensor_traffic = _tensor_parallel_traffic(job, cluster, layout)
+    tokens = job.micro_batch * job.sequence * layout.data * m
+    parts = _micro_batch(job, cluster, layout)
+    micro = sum(q.value for q in parts)
+    exposed_tp = sum(q.value for q in parts if q.name.startswith("tensor-parallel"))
+    computing = micro - exposed_tp
+    compute_total = Quantity("compute", computing * m, "ms",
+                             "micro-batches × (one micro-batch without the exposed tensor-parallel collectives)",
+                             f"{m} × {computing:.4g} ms = {computing * m:.4g} ms")
     sync = _data_parallel_sync(job, cluster, layout, gradient_bytes)
-    bubble = formulas.pipeline_bubble(layout.pipeline, layout.micro_batches)
-    busy = compute.value + sum(q.value for q in tensor_traffic)
-    busy_with_bubble = busy / (1 - bubble.value)
+    bubble = formulas.pipeline_bubble(p, m, v)
+    pipeline_ms = micro * (m + (p - 1) / v)
     # Gradient traffic hides behind the last micro-batch's backward pass (2/3 of its compute), in part.
-    window = job.overlap * (2 / 3) * compute.value / layout.micro_batches
+    window = job.overlap * (2 / 3) * computing
     sync_time = sum(q.value for q in sync)
     exposed_sync = max(0.0, sync_time - window)
-    step = busy_with_bubble + exposed_sync
-    ideal = compute.value / (8 / 6 if job.checkpointing else 1.0)
+    optimizer = _optimizer_step(job, cluster, layout)
+    step = pipeline_ms + exposed_sync + optimizer.value
+    model_flops = tokens * compute.model_flops_per_token(shape, job.active_parameters, job.sequence)
+    mfu = model_flops / (step / 1e3 * cluster.gpus * cluster.gpu.bf16_dense_tflops * 1e12) if step else 0.0
     notes = []
     if job.shape.experts > 1:
         notes.append("mixture of experts: memory and gradients count every expert, compute the active ones; "
                      "experts are replicated across data-parallel ranks (expert parallelism not modelled)")
     return Evaluation(
         layout=layout, memory=memory, memory_total_gb=total, fits=total <= cluster.usable_memory_gb,
-        communication=tensor_traffic + sync, compute=compute, bubble=bubble, step_time_ms=step,
-        exposed_communication_ms=exposed_sync + sum(q.value for q in tensor_traffic),
-        scaling_efficiency=compute.value / step if step else 1.0,
-        predicted_mfu=job.mfu * ideal / step if step else job.mfu, tokens_per_step=tokens,
+        communication=[q for q in parts if q.name.startswith("tensor-parallel")] + sync, compute=compute_total,
+        bubble=bubble, step_time_ms=step, exposed_communication_ms=exposed_sync + exposed_tp * m,
+        scaling_efficiency=compute_total.value / step if step else 1.0,
+        predicted_mfu=mfu, tokens_per_step=tokens, micro_batch_parts=parts, optimizer=optimizer,
         gradient_bytes=gradient_bytes, gradient_sync_ms=sync_time, notes=notes,
         gradients=Quantity("gradient bytes per step (per GPU, each data-parallel group)", gradient_bytes / 1e6, "MB",
                            "P/(t·p) × gradient bytes",
@@ -188,8 +220,10 @@ def _powers_of_two_up_to(limit: int) -> list[int]:
 
 
 def candidate_layouts(job: Job, cluster: Cluster, global_batch: int, tensor: int | None = None,
-                      pipeline: int | None = None, data: int | None = None) -> list[Layout]:
-    """Every layout of the cluster's GPUs: tensor parallel inside a node, pipeline stages, data parallel."""
+                      pipeline: int | None = None, data: int | None = None,
+                      virtual_stages: int = 1) -> list[Layout]:
+    """Every layout of the cluster's GPUs: tensor parallel inside a node, pipeline stages, data parallel;
+    pipelines interleaved over virtual_stages chunks where each stage's layers divide into them."""
     layouts = []
     tensors = [tensor] if tensor else [t for t in _powers_of_two_up_to(cluster.gpus_per_node)
                                        if cluster.gpus_per_node % t == 0 and job.shape.heads % t == 0]
@@ -204,7 +238,10 @@ def candidate_layouts(job: Job, cluster: Cluster, global_batch: int, tensor: int
                 continue
             if global_batch % (job.micro_batch * d):
                 continue
-            layouts.append(Layout(t, p, d, global_batch // (job.micro_batch * d)))
+            v = virtual_stages if p > 1 else 1
+            if v > 1 and (job.shape.layers % p or (job.shape.layers // p) % v):
+                continue
+            layouts.append(Layout(t, p, d, global_batch // (job.micro_batch * d), v))
     return layouts
 
 

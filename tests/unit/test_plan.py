@@ -71,7 +71,16 @@ def test_seventy_b_on_eight_h100_nodes_uses_tensor_parallel_inside_the_node_and_
     every_formula = [q["formula"] for q in document["recommended"]["memory"] + document["recommended"]["communication"]]
     gradients = document["recommended"]["gradients"]
     assert gradients["value"] == pytest.approx(PRESETS["70B"].parameters / 8 * 2 / 1e6)
-    assert all(every_formula) and document["recommended"]["compute"]["formula"].startswith("6 × P × tokens")
+    assert all(every_formula) and document["recommended"]["compute"]["formula"].startswith("micro-batches ×")
+    # the compute model's parts, each with its formula and its numbers
+    parts = {q["name"]: q for q in document["recommended"]["micro_batch"]}
+    assert set(parts) == {"matrix multiplications", "memory-bound operations",
+                          "tensor-parallel collectives (exposed)"}
+    assert "989 TFLOP/s × 0.7" in parts["matrix multiplications"]["worked"]
+    # --mfu overrides the model with a flat utilisation
+    flat = plan(PlanRequest(model="70B", gpu="H100", nodes=8, mfu=0.4))["recommended"]
+    assert [q["name"] for q in flat["micro_batch"]] == ["compute at the given MFU"]
+    assert flat["micro_batch"][0]["formula"].startswith("6 × P × tokens")
 
 
 def test_pipeline_appears_only_when_memory_demands_it():
