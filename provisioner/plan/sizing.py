@@ -119,7 +119,8 @@ class Evaluation:
 def _data_parallel_sync(job: Job, cluster: Cluster, layout: Layout, nbytes: float) -> list[Quantity]:
     """Gradient synchronisation per step over the data-parallel group, per level of the hierarchy."""
     volume = 3.0 if job.zero_stage >= 3 else 2.0
-    what = "ZeRO-3 gather/gather/reduce-scatter" if job.zero_stage >= 3 else "gradient all-reduce"
+    what = ("ZeRO-3 gather/gather/reduce-scatter, each micro-batch" if job.zero_stage >= 3
+            else "gradient all-reduce")
     d, bandwidth = layout.data, cluster.bandwidth
     if d < 2:
         return []
@@ -186,10 +187,15 @@ def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
     sync = _data_parallel_sync(job, cluster, layout, gradient_bytes)
     bubble = formulas.pipeline_bubble(p, m, v)
     pipeline_ms = micro * (m + (p - 1) / v)
-    # Gradient traffic hides behind the last micro-batch's backward pass (2/3 of its compute), in part.
-    window = job.overlap * (2 / 3) * computing
     sync_time = sum(q.value for q in sync)
-    exposed_sync = max(0.0, sync_time - window)
+    if job.zero_stage >= 3:
+        # ZeRO-3 gathers the weights before each micro-batch's forward and backward pass and scatters
+        # its gradients after it: every micro-batch, prefetched behind a share of its compute.
+        exposed_sync = m * max(0.0, sync_time - job.overlap * computing)
+        sync_time *= m
+    else:
+        # Gradient traffic hides behind the last micro-batch's backward pass (2/3 of its compute), in part.
+        exposed_sync = max(0.0, sync_time - job.overlap * (2 / 3) * computing)
     optimizer = _optimizer_step(job, cluster, layout)
     step = pipeline_ms + exposed_sync + optimizer.value
     model_flops = tokens * compute.model_flops_per_token(shape, job.active_parameters, job.sequence)

@@ -260,3 +260,20 @@ def test_gh200_and_h800_are_themselves_not_an_h200_or_an_h100():
     h800 = gpu_for_model("H800-SXM5-80GB")
     assert h800.name == "H800" and INTRA_NODE_LINKS[h800.nvlink].gbps_per_gpu == 200
     assert plan(PlanRequest(model="7B", gpu="H800", nodes=2))["cluster"]["gpu"] == "H800"
+
+
+def test_zero3_gathers_the_weights_for_every_micro_batch_on_the_critical_path():
+    """ZeRO-3 gathers the weights before each micro-batch's forward and backward pass and scatters
+    the gradients after it: with gradient accumulation its traffic is m times ZeRO-2's, and what
+    the micro-batch's compute cannot hide is paid each time."""
+    def run(zero: int, gpus: int) -> dict:
+        return plan(PlanRequest(layers=96, hidden=12288, heads=96, vocab=51200, sequence=2048, gpu="A100-80GB",
+                                gpus=gpus, zero_stage=zero, tensor_parallel=8, pipeline_parallel=1,
+                                global_batch=1536, checkpointing=True, fabric="roce-200", hcas_per_node=4))
+    sharded, plain = run(3, 384)["recommended"], run(2, 384)["recommended"]
+    gathers = [q for q in sharded["communication"] if q["name"].startswith("ZeRO-3")]
+    assert gathers and all("each micro-batch" in q["name"] for q in gathers)
+    assert sharded["layout"]["micro_batches"] == 32
+    assert sharded["exposed_communication_ms"] > 10 * plain["exposed_communication_ms"]
+    assert sharded["predicted_mfu"] < plain["predicted_mfu"] / 2
+    assert sharded["memory_total_gb"] < plain["memory_total_gb"] / 5
