@@ -147,7 +147,8 @@ def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
     training.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per micro-batch")
     training.add_argument("--global-batch", type=int,
                           help="sequences per step (default: about 4M tokens, whole micro-batches on every GPU)")
-    training.add_argument("--precision", default="bf16", help="bf16, fp16 (mixed, fp32 master) or fp32")
+    training.add_argument("--precision", default="bf16",
+                          help="bf16, fp16 (mixed, fp32 master), fp8 (GEMMs in fp8) or fp32")
     training.add_argument("--optimizer", default="adamw", help="adamw, adam, sgd, adam-8bit")
     training.add_argument("--zero-stage", type=int, default=1, help="0 (plain DDP), 1, 2, 3 (FSDP full shard)")
     training.add_argument("--checkpointing", action="store_true", help="full activation checkpointing")
@@ -157,6 +158,8 @@ def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
                           help="norms and dropout run whole on every tensor-parallel rank")
     training.add_argument("--virtual-stages", type=int, default=1,
                           help="interleaved 1F1B: layer chunks per pipeline rank (default 1)")
+    training.add_argument("--context-parallel", type=int, default=1,
+                          help="GPUs that split each sequence (ring attention; default 1)")
     training.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
                           help="attention scores are stored for the backward pass (5·a·s/h per layer)")
     for name in ("tensor-parallel", "pipeline-parallel", "data-parallel"):
@@ -170,8 +173,10 @@ def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
                           help="fraction of the last backward pass that hides gradient traffic")
     cluster = plan.add_argument_group("cluster")
     cluster.add_argument("--gpu",
-                         help="A100-40GB, A100-80GB, H100, H800, H200, GH200, B200 (or an inventory gpu_model)")
+                         help="A100-40GB, A100-80GB, H100, H800, H200, GH200, B200, GB200 (or an inventory gpu_model)")
     cluster.add_argument("--gpus-per-node", type=int)
+    cluster.add_argument("--nvlink-domain", type=int,
+                         help="GPUs one NVLink fabric joins (default: a node; GB200: 72)")
     cluster.add_argument("--nodes", type=int)
     cluster.add_argument("--gpus", type=int, help="total GPUs (whole nodes)")
     cluster.add_argument("--intra-node", help="nvlink3, nvlink4, nvlink5, pcie4, pcie5 (default: the GPU's NVLink)")
@@ -321,6 +326,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         optimizer=args.optimizer, zero_stage=args.zero_stage, checkpointing=args.checkpointing,
         flash_attention=args.flash_attention, selective_recompute=args.selective_recompute,
         sequence_parallel=args.sequence_parallel, virtual_stages=args.virtual_stages,
+        context_parallel=args.context_parallel, nvlink_domain=args.nvlink_domain,
         tensor_parallel=args.tensor_parallel, pipeline_parallel=args.pipeline_parallel,
         data_parallel=args.data_parallel, gpu=args.gpu, gpus_per_node=args.gpus_per_node, nodes=args.nodes,
         gpus=args.gpus, intra_node=args.intra_node, fabric=args.fabric, hcas_per_node=args.hcas_per_node,

@@ -72,44 +72,80 @@ def stage_work(shape: ModelShape, pipeline: int) -> StageWork:
     return StageWork(even, True)
 
 
-def micro_batch_time(shape: ModelShape, sequence: int, micro_batch: int, tensor: int, work: StageWork,
-                     gpu: Gpu, nvlink_gbps: float, recompute: str, flash_attention: bool,
-                     sequence_parallel: bool = True, tp_overlap: float = 0.0,
-                     gemm_share: float | None = None) -> list[Quantity]:
-    """The parts of one micro-batch's forward and backward pass on the busiest stage, in ms."""
-    s, b, h, a, t = sequence, micro_batch, shape.hidden, shape.heads, tensor
-    share = gemm_share if gemm_share is not None else GEMM_SHARE.get(gpu.nvlink, DEFAULT_GEMM_SHARE)
+@dataclass(frozen=True)
+class Work:
+    """What one GPU computes per micro-batch: its model slice, its share of the sequence, and how."""
+
+    shape: ModelShape
+    sequence: int
+    micro_batch: int
+    tensor: int
+    stage: StageWork
+    recompute: str = "none"
+    flash_attention: bool = True
+    sequence_parallel: bool = True
+    context: int = 1
+    fp8: bool = False
+
+
+def micro_batch_time(work: Work, gpu: Gpu, nvlink_gbps: float, context_gbps: float = 0.0,
+                     tp_overlap: float = 0.0) -> list[Quantity]:
+    """The parts of one micro-batch's forward and backward pass on the busiest stage, in ms.
+
+    With context parallelism (c) each GPU holds s/c of the sequence: its layers' GEMMs shrink by
+    c, its queries still meet every key, and the keys and values go round the ring (c-1 chunks
+    forward, their gradients back) over context_gbps, behind the attention core's compute."""
+    shape, b, t, c = work.shape, work.micro_batch, work.tensor, work.context
+    s, local, h, a = work.sequence, work.sequence / c, shape.hidden, shape.heads
+    layers = work.stage.layers
+    share = GEMM_SHARE.get(gpu.nvlink, DEFAULT_GEMM_SHARE)
+    layer_peak = (gpu.fp8_dense_tflops if work.fp8 else gpu.bf16_dense_tflops) * 1e12 * share
     peak = gpu.bf16_dense_tflops * 1e12 * share
-    passes = 4 if recompute == "full" else 3
-    layer_gemm = 2 * s * b * shape.active_parameters_per_layer / t
-    # The attention core (QK^T and AV, 4·s²·b·h forward); a causal fused kernel skips the masked half.
-    core = 4 * s * s * b * h / t * (0.5 if flash_attention else 1.0)
-    core_passes = passes + (1 if recompute == "selective" else 0)
-    logits = 2 * s * b * shape.vocab * h / t if work.logits else 0.0
-    flops = work.layers * (layer_gemm * passes + core * core_passes) + logits * 3
-    gemm_ms = flops / peak * 1e3
+    passes = 4 if work.recompute == "full" else 3
+    layer_gemm = 2 * local * b * shape.active_parameters_per_layer / t
+    # The attention core (QK^T and AV, 4·s²·b·h forward; its s/c queries against all s keys); a
+    # causal fused kernel skips the masked half.
+    core = 4 * local * s * b * h / t * (0.5 if work.flash_attention else 1.0)
+    core_passes = passes + (1 if work.recompute == "selective" else 0)
+    logits = 2 * local * b * shape.vocab * h / t if work.stage.logits else 0.0
+    layer_ms = layers * layer_gemm * passes / layer_peak * 1e3
+    core_ms = layers * core * core_passes / peak * 1e3
+    gemm_ms = layer_ms + core_ms + logits * 3 / peak * 1e3
+    precision = f"fp8 {gpu.fp8_dense_tflops:g}" if work.fp8 else f"{gpu.bf16_dense_tflops:g}"
     parts = [Quantity("matrix multiplications", gemm_ms, "ms",
-                      "(L_stage × (2·s·b·P_layer/t × passes + attention core) + logits) / (peak × GEMM share)",
-                      f"{flops / 1e12:.4g} TFLOP / ({gpu.bf16_dense_tflops:g} TFLOP/s × {share:g}) = {gemm_ms:.4g} ms")]
-    divided = t if sequence_parallel else 1
-    element_bytes = ELEMENTWISE_BYTES * s * b * h / divided * (4 / 3 if recompute == "full" else 1.0)
-    if not flash_attention:
-        element_bytes += SCORE_BYTES * a * s * s * b / t * (4 / 3 if recompute != "none" else 1.0)
-    element_bytes *= work.layers
-    bandwidth = gpu.memory_bandwidth_tbps * 1e12
-    element_ms = element_bytes / bandwidth * 1e3 + LAYER_OVERHEAD_MS * work.layers
+                      "L_stage × 2·(s/c)·b·P_layer/t × passes / (peak × GEMM share) + attention core and logits "
+                      "at the bf16 peak",
+                      f"layers {layer_ms:.4g} ms ({precision} TFLOP/s × {share:g}) + attention core {core_ms:.4g} ms"
+                      f" + logits {gemm_ms - layer_ms - core_ms:.4g} ms = {gemm_ms:.4g} ms")]
+    divided = t if work.sequence_parallel else 1
+    element_bytes = ELEMENTWISE_BYTES * local * b * h / divided * (4 / 3 if work.recompute == "full" else 1.0)
+    if not work.flash_attention:
+        element_bytes += SCORE_BYTES * a * local * s * b / t * (4 / 3 if work.recompute != "none" else 1.0)
+    element_bytes *= layers
+    element_ms = element_bytes / (gpu.memory_bandwidth_tbps * 1e12) * 1e3 + LAYER_OVERHEAD_MS * layers
     parts.append(Quantity("memory-bound operations", element_ms, "ms",
-                          "L_stage × (bytes/element × s·b·h/(t if sequence parallel) [+ score bytes × a·s²·b/t]) "
-                          "/ memory bandwidth",
-                          f"{element_bytes / 1e9:.4g} GB / {gpu.memory_bandwidth_tbps:g} TB/s = {element_ms:.4g} ms"))
+                          "L_stage × (bytes/element × (s/c)·b·h/(t if sequence parallel) [+ score bytes × "
+                          "a·(s/c)·s·b/t]) / memory bandwidth + per-layer overhead",
+                          f"{element_bytes / 1e9:.4g} GB / {gpu.memory_bandwidth_tbps:g} TB/s + {layers:g} × "
+                          f"{LAYER_OVERHEAD_MS:g} ms = {element_ms:.4g} ms"))
     if t > 1:
-        calls = 4 + (2 if recompute == "full" else 0)
-        volume = work.layers * calls * 2 * (t - 1) / t * 2 * s * b * h
+        calls = 4 + (2 if work.recompute == "full" else 0)
+        volume = layers * calls * 2 * (t - 1) / t * 2 * local * b * h
         tp_ms = volume / (nvlink_gbps * 1e9 * NVLINK_SHARE) * (1 - tp_overlap) * 1e3
         parts.append(Quantity("tensor-parallel collectives (exposed)", tp_ms, "ms",
-                              "L_stage × calls × 2(t-1)/t × 2·s·b·h / (NVLink × share) × (1 - overlap)",
-                              f"{work.layers:g} × {calls} × 2·({t}-1)/{t} × 2·{s}·{b}·{h} B / ({nvlink_gbps:g} GB/s × "
-                              f"{NVLINK_SHARE:g}) × {1 - tp_overlap:g} = {tp_ms:.4g} ms"))
+                              "L_stage × calls × 2(t-1)/t × 2·(s/c)·b·h / (NVLink × share) × (1 - overlap)",
+                              f"{layers:g} × {calls} × 2·({t}-1)/{t} × 2·{local:g}·{b}·{h} B / ({nvlink_gbps:g} "
+                              f"GB/s × {NVLINK_SHARE:g}) × {1 - tp_overlap:g} = {tp_ms:.4g} ms"))
+    if c > 1:
+        kv_width = max(shape.kv_heads / t, 1) * (h // a)
+        chunks = (c - 1) * (6 + (2 if work.recompute == "full" else 0))
+        ring_bytes = layers * chunks * local * b * kv_width * 2
+        ring_ms = ring_bytes / (context_gbps * 1e9) * 1e3
+        exposed = max(0.0, ring_ms - core_ms)
+        parts.append(Quantity("context-parallel ring (exposed)", exposed, "ms",
+                              "max(0, L_stage × (c-1) × 6 × (s/c)·b·kv_heads/t·head_dim·2 B / link - attention core)",
+                              f"max(0, {ring_bytes / 1e9:.4g} GB / {context_gbps:g} GB/s = {ring_ms:.4g} ms - "
+                              f"{core_ms:.4g} ms) = {exposed:.4g} ms"))
     return parts
 
 

@@ -38,7 +38,10 @@ class Precision:
     master_bytes: int  # an fp32 copy of the weights kept by mixed precision
 
 
-PRECISIONS = {"bf16": Precision(2, 2, 4), "fp16": Precision(2, 2, 4), "fp32": Precision(4, 4, 0)}
+# fp8: Transformer Engine's recipe, the layers' GEMMs in fp8 with bf16 weights, gradients and an fp32
+# master copy kept (its fp8 copies of the weights are transient).
+PRECISIONS = {"bf16": Precision(2, 2, 4), "fp16": Precision(2, 2, 4), "fp8": Precision(2, 2, 4),
+              "fp32": Precision(4, 4, 0)}
 # Optimizer state bytes per parameter beyond the master copy (fp32 states).
 OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 4, "adam-8bit": 2}
 

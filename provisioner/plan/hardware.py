@@ -18,18 +18,24 @@ class Gpu:
     bf16_dense_tflops: float
     nvlink: str
     source: str
+    fp8_dense_tflops: float = 0.0  # 0: no fp8 Tensor Cores
+    nvlink_domain: int = 0  # GPUs one NVLink fabric joins, where more than a node's (GB200 NVL72)
 
 
 GPUS = {
     "A100-40GB": Gpu("A100-40GB", 40, 1.555, 312, "nvlink3", "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB)"),
     "A100-80GB": Gpu("A100-80GB", 80, 2.039, 312, "nvlink3", "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)"),
-    "H100": Gpu("H100", 80, 3.35, 989, "nvlink4", "NVIDIA H100 Tensor Core GPU datasheet (SXM5)"),
-    "H200": Gpu("H200", 141, 4.8, 989, "nvlink4", "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
-    "B200": Gpu("B200", 180, 7.7, 2250, "nvlink5", "NVIDIA HGX B200 specifications (8-GPU platform figures / 8)"),
+    "H100": Gpu("H100", 80, 3.35, 989, "nvlink4", "NVIDIA H100 Tensor Core GPU datasheet (SXM5)", 1979),
+    "H200": Gpu("H200", 141, 4.8, 989, "nvlink4", "NVIDIA H200 Tensor Core GPU datasheet (SXM)", 1979),
+    "B200": Gpu("B200", 180, 7.7, 2250, "nvlink5", "NVIDIA HGX B200 specifications (8-GPU platform figures / 8)",
+                 4500),
+    # A Blackwell GPU of a GB200 NVL72 rack: 72 GPUs in one NVLink domain, 4 per compute tray.
+    "GB200": Gpu("GB200", 186, 8.0, 2500, "nvlink5", "NVIDIA GB200 NVL72 specifications (rack figures / 72, dense)",
+                 5000, nvlink_domain=72),
     # H100's compute with NVLink cut to 400 GB/s per GPU (the export variant).
-    "H800": Gpu("H800", 80, 3.35, 989, "nvlink4-h800", "NVIDIA H800 Tensor Core GPU datasheet (SXM)"),
+    "H800": Gpu("H800", 80, 3.35, 989, "nvlink4-h800", "NVIDIA H800 Tensor Core GPU datasheet (SXM)", 1979),
     # The Hopper GPU of a Grace Hopper superchip (the 96 GB HBM3 part; the HBM3e part has 144 GB).
-    "GH200": Gpu("GH200", 96, 4.0, 989, "nvlink4", "NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3)"),
+    "GH200": Gpu("GH200", 96, 4.0, 989, "nvlink4", "NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3)", 1979),
 }
 
 
@@ -100,7 +106,7 @@ def gpu_for_model(model: str) -> Gpu | None:
     if "A100" in upper:
         return GPUS["A100-40GB" if "40GB" in upper else "A100-80GB"]
     # The longer names first: GH200 holds "H200", and it is not an H200.
-    for key in ("GH200", "H200", "H800", "H100", "B200"):
+    for key in ("GH200", "GB200", "H200", "H800", "H100", "B200"):
         if key in upper:
             return GPUS[key]
     return None

@@ -22,6 +22,7 @@ class Comparison:
     published_memory_gb: float | None = None
     predicted_memory_gb: float | None = None
     fits: bool | None = None
+    plan_mfu: float | None = None  # the MFU plan prints (PaLM's count of FLOPs)
 
     @staticmethod
     def error(published: float | None, predicted: float | None) -> float | None:
@@ -64,7 +65,8 @@ def compare(row: dict[str, Any]) -> Comparison:
     gpu = hardware.GPUS[where["gpu"]]
     fabric = hardware.FABRICS[where["fabric"]]
     gpus, t, p = layout_row["gpus"], layout_row["tensor"], layout_row["pipeline"]
-    d = gpus // (t * p)
+    c = layout_row.get("context", 1)
+    d = gpus // (t * c * p)
     batch, b = row["global_batch"], training["micro_batch"]
     link = hardware.INTRA_NODE_LINKS[gpu.nvlink]
     bandwidth = sizing.Bandwidth(link.gbps_per_gpu, fabric.gbyte_per_port * where["hcas_per_node"], "nominal")
@@ -74,22 +76,26 @@ def compare(row: dict[str, Any]) -> Comparison:
                      training["zero_stage"], training.get("checkpointing", False), None, 0.5,
                      training["flash_attention"], training.get("selective_recompute", False),
                      training["sequence_parallel"])
-    layout = sizing.Layout(t, p, d, batch // (b * d), layout_row.get("virtual_stages", 1))
+    layout = sizing.Layout(t, p, d, batch // (b * d), layout_row.get("virtual_stages", 1), c)
     result = sizing.evaluate(job, cluster, layout)
     published = row["published"]
-    tokens = batch * training["sequence"]
-    model_flops = tokens * compute.model_flops_per_token(shape, parameters, training["sequence"])
-    step = published.get("step_time_s")
-    mfu = published.get("mfu")
+    sequence = training["sequence"]
+    tokens = batch * sequence
+    step, mfu = published.get("step_time_s"), published.get("mfu")
     if published.get("counting") == "megatron-recompute":
-        step = _megatron_recompute_flops(shape, batch, training["sequence"]) / (
-            gpus * published["tflops_per_gpu"] * 1e12)
-    if step is None and mfu is not None:
-        step = model_flops / (gpus * gpu.bf16_dense_tflops * 1e12 * mfu)
-    if mfu is None and step is not None:
-        mfu = model_flops / (step * gpus * gpu.bf16_dense_tflops * 1e12)
-    return Comparison(row["id"], row["source"], row["row"], step, result.step_time_ms / 1e3, mfu,
-                      result.predicted_mfu, fits=result.fits, predicted_memory_gb=result.memory_total_gb)
+        step = _megatron_recompute_flops(shape, batch, sequence) / (gpus * published["tflops_per_gpu"] * 1e12)
+    elif published.get("counting") == "causal":
+        # 6 × the weights a token multiplies, and the causal half of the attention core.
+        per_token = compute.model_flops_per_token(shape, parameters, sequence) - 6 * shape.layers * sequence * \
+            shape.hidden
+        step = tokens * per_token / (gpus * published["tflops_per_gpu"] * 1e12)
+    if mfu is None:
+        mfu = tokens * compute.model_flops_per_token(shape, parameters, sequence) / (
+            step * gpus * gpu.bf16_dense_tflops * 1e12)
+    predicted_step = result.step_time_ms / 1e3
+    # The MFU the paper would print for the predicted step, by its own count of FLOPs.
+    return Comparison(row["id"], row["source"], row["row"], step, predicted_step, mfu, mfu * step / predicted_step,
+                      fits=result.fits, predicted_memory_gb=result.memory_total_gb, plan_mfu=result.predicted_mfu)
 
 
 def compare_model_states(zero: dict[str, Any], row: dict[str, Any]) -> Comparison:

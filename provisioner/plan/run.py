@@ -42,6 +42,8 @@ class PlanRequest:
     flash_attention: bool = True
     sequence_parallel: bool = True
     virtual_stages: int = 1
+    context_parallel: int = 1
+    nvlink_domain: int | None = None
     tensor_parallel: int | None = None
     pipeline_parallel: int | None = None
     data_parallel: int | None = None
@@ -148,7 +150,12 @@ def _cluster(request: PlanRequest, problems: list[InputProblem]) -> sizing.Clust
                                      f"{measured.source}: inside a node {measured.intra_node_gbps} GB/s busbw, "
                                      f"all nodes {measured.all_nodes_gbps} GB/s busbw",
                                      measured_all_gbps=measured.all_nodes_gbps)
-    return sizing.Cluster(gpu, per_node, nodes, bandwidth, request.memory_reserve)
+    domain = request.nvlink_domain or gpu.nvlink_domain or per_node
+    if domain % per_node or (nodes * per_node) % domain:
+        problems.append(InputProblem(ARGS, "--nvlink-domain", f"{domain} GPUs is not whole nodes of {per_node} "
+                                     f"dividing the cluster's {nodes * per_node}"))
+        return None
+    return sizing.Cluster(gpu, per_node, nodes, bandwidth, request.memory_reserve, domain)
 
 
 def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
@@ -170,7 +177,8 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
               pipeline_parallel=request.pipeline_parallel, data_parallel=request.data_parallel,
               nodes=request.nodes, gpus=request.gpus, gpus_per_node=request.gpus_per_node,
               hcas_per_node=request.hcas_per_node, checkpoint_every=request.checkpoint_every,
-              virtual_stages=request.virtual_stages)
+              virtual_stages=request.virtual_stages, context_parallel=request.context_parallel,
+              nvlink_domain=request.nvlink_domain)
     if request.tokens:
         try:
             parse_count(request.tokens)
@@ -188,10 +196,15 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
                      request.optimizer, request.zero_stage, request.checkpointing, request.mfu, request.overlap,
                      request.flash_attention, request.selective_recompute, request.sequence_parallel)
     global_batch = request.global_batch or default_global_batch(request.sequence, request.micro_batch)
-    if request.tensor_parallel and cluster.gpus_per_node % request.tensor_parallel:
+    if request.tensor_parallel and cluster.domain % request.tensor_parallel:
         problems.append(InputProblem(ARGS, "--tensor-parallel", f"{request.tensor_parallel} does not divide the "
-                                     f"{cluster.gpus_per_node} GPUs of a node (tensor parallelism stays inside "
-                                     "the NVLink domain)"))
+                                     f"{cluster.domain} GPUs of an NVLink domain (tensor parallelism stays inside "
+                                     "it)"))
+    if request.sequence % request.context_parallel:
+        problems.append(InputProblem(ARGS, "--context-parallel", f"{request.context_parallel} does not divide the "
+                                     f"sequence of {request.sequence} tokens"))
+    if request.precision == "fp8" and not cluster.gpu.fp8_dense_tflops:
+        problems.append(InputProblem(ARGS, "--precision", f"{cluster.gpu.name} has no fp8 Tensor Cores"))
     if request.tensor_parallel and shape.heads % request.tensor_parallel:
         problems.append(InputProblem(ARGS, "--tensor-parallel", f"{request.tensor_parallel} does not divide the "
                                      f"model's {shape.heads} attention heads"))
@@ -263,7 +276,8 @@ def plan(request: PlanRequest) -> dict:
     """The sizing document. Raises InputError for bad input and DoesNotFit when no layout holds the job."""
     job, cluster, global_batch = build(request)
     layouts = sizing.candidate_layouts(job, cluster, global_batch, request.tensor_parallel,
-                                       request.pipeline_parallel, request.data_parallel, request.virtual_stages)
+                                       request.pipeline_parallel, request.data_parallel, request.virtual_stages,
+                                       request.context_parallel)
     if not layouts:
         raise InputError([InputProblem(ARGS, "--global-batch", f"no layout of {cluster.gpus} GPUs (tensor "
                                        f"{request.tensor_parallel or 'any'}, pipeline "
@@ -282,12 +296,13 @@ def plan(request: PlanRequest) -> dict:
                      "precision": job.precision, "optimizer": job.optimizer, "zero_stage": job.zero_stage,
                      "activation_checkpointing": job.checkpointing, "flash_attention": job.flash_attention,
                      "recompute": job.recompute, "sequence_parallel": job.sequence_parallel,
-                     "virtual_stages": request.virtual_stages,
+                     "virtual_stages": request.virtual_stages, "context_parallel": request.context_parallel,
                      "global_batch_tokens": global_batch * job.sequence},
         "cluster": {"gpu": cluster.gpu.name, "gpu_source": cluster.gpu.source, "gpu_memory_gb": cluster.gpu.memory_gb,
                     "usable_memory_gb": round(cluster.usable_memory_gb, 2),
                     "memory_reserve": cluster.memory_reserve, "bf16_dense_tflops": cluster.gpu.bf16_dense_tflops,
                     "memory_bandwidth_tbps": cluster.gpu.memory_bandwidth_tbps, "gpus_per_node": cluster.gpus_per_node,
+                    "nvlink_domain": cluster.domain,
                     "nodes": cluster.nodes, "gpus": cluster.gpus, "bandwidth": cluster.bandwidth.source},
         "assumptions": {"mfu": job.mfu, "compute_model": compute.constants(cluster.gpu) if job.mfu is None else None,
                         "overlap": job.overlap,

@@ -57,6 +57,15 @@ class Cluster:
     nodes: int
     bandwidth: Bandwidth
     memory_reserve: float = 0.10  # CUDA context, NCCL buffers, allocator fragmentation
+    nvlink_domain: int = 0  # GPUs one NVLink fabric joins (GB200 NVL72: 72); 0: the node
+
+    @property
+    def domain(self) -> int:
+        return self.nvlink_domain or self.gpus_per_node
+
+    @property
+    def nic_gbps_per_gpu(self) -> float:
+        return self.bandwidth.inter_node_gbps / self.gpus_per_node
 
     @property
     def gpus(self) -> int:
@@ -74,9 +83,15 @@ class Layout:
     data: int
     micro_batches: int
     virtual_stages: int = 1  # interleaved 1F1B: each GPU holds this many chunks of L/(p·v) layers
+    context: int = 1  # context parallelism: each GPU holds s/c of every sequence
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor * self.context * self.pipeline * self.data
 
     def as_dict(self) -> dict:
-        return {"tensor_parallel": self.tensor, "pipeline_parallel": self.pipeline, "data_parallel": self.data,
+        return {"tensor_parallel": self.tensor, "context_parallel": self.context,
+                "pipeline_parallel": self.pipeline, "data_parallel": self.data,
                 "micro_batches": self.micro_batches, "virtual_stages": self.virtual_stages}
 
 
@@ -121,32 +136,38 @@ def _data_parallel_sync(job: Job, cluster: Cluster, layout: Layout, nbytes: floa
     volume = 3.0 if job.zero_stage >= 3 else 2.0
     what = ("ZeRO-3 gather/gather/reduce-scatter, each micro-batch" if job.zero_stage >= 3
             else "gradient all-reduce")
-    d, bandwidth = layout.data, cluster.bandwidth
+    # Gradients are reduced over the data- and context-parallel ranks that hold the same weights.
+    d, bandwidth = layout.data * layout.context, cluster.bandwidth
     if d < 2:
         return []
-    per_node = max(1, min(d, cluster.gpus_per_node // layout.tensor))
-    nodes = -(-d // per_node)
-    if bandwidth.measured_all_gbps is not None and nodes > 1:
+    inside = "the node" if cluster.domain == cluster.gpus_per_node else "the NVLink domain"
+    per_domain = max(1, min(d, cluster.domain // layout.tensor))
+    domains = -(-d // per_domain)
+    if bandwidth.measured_all_gbps is not None and domains > 1:
         return [formulas.ring_all_reduce_time(nbytes, d, bandwidth.measured_all_gbps, volume,
                                               f"{what}, all levels (measured busbw)")]
     steps = []
-    if per_node > 1:
-        steps.append(formulas.ring_all_reduce_time(nbytes, per_node, bandwidth.intra_node_gbps, volume,
-                                                   f"{what}, inside the node ({per_node} GPUs)"))
-    if nodes > 1:
-        share = bandwidth.inter_node_gbps * per_node / cluster.gpus_per_node
-        steps.append(formulas.ring_all_reduce_time(nbytes, nodes, share, volume,
-                                                   f"{what}, across {nodes} nodes"))
+    if per_domain > 1:
+        steps.append(formulas.ring_all_reduce_time(nbytes, per_domain, bandwidth.intra_node_gbps, volume,
+                                                   f"{what}, inside {inside} ({per_domain} GPUs)"))
+    if domains > 1:
+        share = cluster.nic_gbps_per_gpu * per_domain
+        place = "nodes" if cluster.domain == cluster.gpus_per_node else "NVLink domains"
+        steps.append(formulas.ring_all_reduce_time(nbytes, domains, share, volume,
+                                                   f"{what}, across {domains} {place}"))
     return steps
 
 
 def _micro_batch(job: Job, cluster: Cluster, layout: Layout) -> list[Quantity]:
     """One micro-batch on the busiest stage: the compute model, or the flat MFU given instead."""
     if job.mfu is None:
-        return compute.micro_batch_time(job.shape, job.sequence, job.micro_batch, layout.tensor,
-                                        compute.stage_work(job.shape, layout.pipeline), cluster.gpu,
-                                        cluster.bandwidth.intra_node_gbps, job.recompute, job.flash_attention,
-                                        job.sequence_parallel, job.tp_overlap)
+        work = compute.Work(job.shape, job.sequence, job.micro_batch, layout.tensor,
+                            compute.stage_work(job.shape, layout.pipeline), job.recompute, job.flash_attention,
+                            job.sequence_parallel, layout.context, job.precision == "fp8")
+        # The ring of a context-parallel group runs over NVLink while the group stays in the domain.
+        ring = (cluster.bandwidth.intra_node_gbps if layout.tensor * layout.context <= cluster.domain
+                else cluster.nic_gbps_per_gpu)
+        return compute.micro_batch_time(work, cluster.gpu, cluster.bandwidth.intra_node_gbps, ring, job.tp_overlap)
     tokens = job.micro_batch * job.sequence * layout.data
     flat = formulas.compute_time(job.active_parameters, tokens, cluster.gpus // layout.pipeline,
                                  cluster.gpu.bf16_dense_tflops, job.mfu, job.checkpointing)
@@ -156,7 +177,8 @@ def _micro_batch(job: Job, cluster: Cluster, layout: Layout) -> list[Quantity]:
 def _optimizer_step(job: Job, cluster: Cluster, layout: Layout) -> Quantity:
     """The optimizer reads and writes its states, the master copy, the gradients and the weights
     of its shard once per step, at the GPU's memory bandwidth."""
-    shard = job.parameters / (layout.tensor * layout.pipeline) / (layout.data if job.zero_stage >= 1 else 1)
+    shard = job.parameters / (layout.tensor * layout.pipeline) / (layout.data * layout.context
+                                                                  if job.zero_stage >= 1 else 1)
     per_parameter = 2 * formulas.optimizer_bytes(job.precision, job.optimizer) + 2 * formulas.PRECISIONS[
         job.precision].gradient_bytes
     seconds = shard * per_parameter / (cluster.gpu.memory_bandwidth_tbps * 1e12)
@@ -169,11 +191,11 @@ def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
     """Memory, time and efficiency of one layout."""
     shape, model_parallel = job.shape, layout.tensor * layout.pipeline
     p, m, v = layout.pipeline, layout.micro_batches, layout.virtual_stages
-    memory = formulas.model_state_memory(job.parameters, model_parallel, layout.data, job.zero_stage,
-                                         job.precision, job.optimizer)
-    memory += formulas.activation_memory(shape.layers, shape.hidden, shape.heads, shape.vocab, job.sequence,
-                                         job.micro_batch, layout.tensor, job.checkpointing, not job.scores_stored,
-                                         p, m, v)
+    memory = formulas.model_state_memory(job.parameters, model_parallel, layout.data * layout.context,
+                                         job.zero_stage, job.precision, job.optimizer)
+    memory += formulas.activation_memory(shape.layers, shape.hidden, shape.heads, shape.vocab,
+                                         job.sequence // layout.context, job.micro_batch, layout.tensor,
+                                         job.checkpointing, not job.scores_stored, p, m, v)
     total = sum(q.value for q in memory)
     gradient_bytes = job.parameters / model_parallel * formulas.PRECISIONS[job.precision].gradient_bytes
     tokens = job.micro_batch * job.sequence * layout.data * m
@@ -217,29 +239,24 @@ def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
                            f"{formulas.PRECISIONS[job.precision].gradient_bytes} = {gradient_bytes / 1e6:.4g} MB"))
 
 
-def _powers_of_two_up_to(limit: int) -> list[int]:
-    values, value = [], 1
-    while value <= limit:
-        values.append(value)
-        value *= 2
-    return values
-
-
 def candidate_layouts(job: Job, cluster: Cluster, global_batch: int, tensor: int | None = None,
                       pipeline: int | None = None, data: int | None = None,
-                      virtual_stages: int = 1) -> list[Layout]:
-    """Every layout of the cluster's GPUs: tensor parallel inside a node, pipeline stages, data parallel;
-    pipelines interleaved over virtual_stages chunks where each stage's layers divide into them."""
+                      virtual_stages: int = 1, context: int = 1) -> list[Layout]:
+    """Every layout of the cluster's GPUs: tensor parallel inside an NVLink domain (dividing it and
+    the heads), context parallel as given, pipeline stages, data parallel; pipelines interleaved
+    over virtual_stages chunks where each stage's layers divide into them."""
     layouts = []
-    tensors = [tensor] if tensor else [t for t in _powers_of_two_up_to(cluster.gpus_per_node)
-                                       if cluster.gpus_per_node % t == 0 and job.shape.heads % t == 0]
+    tensors = [tensor] if tensor else [t for t in range(1, cluster.domain + 1)
+                                       if cluster.domain % t == 0 and job.shape.heads % t == 0
+                                       and (t & (t - 1) == 0 or cluster.domain > cluster.gpus_per_node)]
     for t in tensors:
+        group = t * context
         pipelines = [pipeline] if pipeline else [p for p in range(1, job.shape.layers + 1)
-                                                 if cluster.gpus % (t * p) == 0]
+                                                 if cluster.gpus % (group * p) == 0]
         for p in pipelines:
-            if cluster.gpus % (t * p):
+            if cluster.gpus % (group * p):
                 continue
-            d = cluster.gpus // (t * p)
+            d = cluster.gpus // (group * p)
             if data and d != data:
                 continue
             if global_batch % (job.micro_batch * d):
@@ -247,7 +264,7 @@ def candidate_layouts(job: Job, cluster: Cluster, global_batch: int, tensor: int
             v = virtual_stages if p > 1 else 1
             if v > 1 and (job.shape.layers % p or (job.shape.layers // p) % v):
                 continue
-            layouts.append(Layout(t, p, d, global_batch // (job.micro_batch * d), v))
+            layouts.append(Layout(t, p, d, global_batch // (job.micro_batch * d), v, context))
     return layouts
 
 
@@ -281,7 +298,7 @@ def scaling_limit(job: Job, cluster: Cluster, layout: Layout, global_batch: int)
     than half of a step computes (exposed communication, or the pipeline bubble as micro-batches per
     rank run out); or the batch's own limit on data parallelism. Every feasible count is tried: each
     data-parallel degree that divides the batch's micro-batches and fills whole nodes."""
-    group = layout.tensor * layout.pipeline
+    group = layout.tensor * layout.context * layout.pipeline
     max_data = global_batch // job.micro_batch
     last = None
     for d in _divisors(max_data):
@@ -289,7 +306,8 @@ def scaling_limit(job: Job, cluster: Cluster, layout: Layout, global_batch: int)
         if gpus % cluster.gpus_per_node:
             continue
         trial = replace(cluster, nodes=gpus // cluster.gpus_per_node)
-        result = evaluate(job, trial, Layout(layout.tensor, layout.pipeline, d, max_data // d))
+        result = evaluate(job, trial, Layout(layout.tensor, layout.pipeline, d, max_data // d,
+                                             layout.virtual_stages, layout.context))
         last = result
         if result.scaling_efficiency < 0.5:
             return ScalingLimit(gpus, result.scaling_efficiency,

@@ -277,3 +277,49 @@ def test_zero3_gathers_the_weights_for_every_micro_batch_on_the_critical_path():
     assert sharded["exposed_communication_ms"] > 10 * plain["exposed_communication_ms"]
     assert sharded["predicted_mfu"] < plain["predicted_mfu"] / 2
     assert sharded["memory_total_gb"] < plain["memory_total_gb"] / 5
+
+
+def _activations(document: dict) -> float:
+    return next(q["value"] for q in document["recommended"]["memory"] if q["name"] == "activations")
+
+
+def test_context_parallelism_splits_the_sequence_and_sends_keys_and_values_round_the_ring():
+    def run(context: int, gpu: str = "H100", per_node: int = 8) -> dict:
+        return plan(PlanRequest(model="70B", gpu=gpu, gpus=72, gpus_per_node=per_node, sequence=36864,
+                                tensor_parallel=8, context_parallel=context, pipeline_parallel=1, global_batch=36,
+                                checkpointing=True))
+    whole, split = run(1), run(9)
+    assert split["recommended"]["layout"]["context_parallel"] == 9
+    assert _activations(split) < _activations(whole) / 8
+    parts = {q["name"]: q for q in split["recommended"]["micro_batch"]}
+    # TP 8 x CP 9 = 72 GPUs: the ring leaves the 8-GPU node for the NICs (one 400 Gb/s port per GPU)
+    assert "/ 50 GB/s" in parts["context-parallel ring (exposed)"]["worked"]
+    # the same group inside one GB200 NVL72 domain: the ring runs over NVLink, behind the attention core
+    rack = run(9, "GB200", 4)
+    ring = {q["name"]: q for q in rack["recommended"]["micro_batch"]}["context-parallel ring (exposed)"]
+    assert "/ 900 GB/s" in ring["worked"] and ring["value"] == 0.0
+    with pytest.raises(InputError, match="--context-parallel"):
+        plan(PlanRequest(model="70B", gpu="H100", nodes=8, sequence=32768, context_parallel=3))
+
+
+def test_fp8_runs_the_layers_gemms_at_the_fp8_peak_where_the_gpu_has_one():
+    bf16 = plan(PlanRequest(model="70B", gpu="H100", nodes=8))["recommended"]
+    fp8 = plan(PlanRequest(model="70B", gpu="H100", nodes=8, precision="fp8"))["recommended"]
+    gemm = {name: next(q for q in chosen["micro_batch"] if q["name"] == "matrix multiplications")
+            for name, chosen in (("bf16", bf16), ("fp8", fp8))}
+    assert gemm["fp8"]["value"] < 0.6 * gemm["bf16"]["value"] and "fp8 1979 TFLOP/s" in gemm["fp8"]["worked"]
+    assert fp8["step_time_ms"] < bf16["step_time_ms"] and fp8["memory_total_gb"] == bf16["memory_total_gb"]
+    with pytest.raises(InputError, match="A100-80GB has no fp8"):
+        plan(PlanRequest(model="70B", gpu="A100-80GB", nodes=8, precision="fp8"))
+
+
+def test_tensor_parallelism_reaches_across_trays_inside_a_gb200_nvl72_domain():
+    model = {"layers": 64, "hidden": 12288, "heads": 96, "vocab": 128000}
+    rack = plan(PlanRequest(**model, gpu="GB200", gpus_per_node=4, nodes=18, tensor_parallel=24))
+    assert rack["cluster"]["nvlink_domain"] == 72 and rack["recommended"]["layout"]["tensor_parallel"] == 24
+    assert 24 in {c["tensor_parallel"] for c in plan(PlanRequest(**model, gpu="GB200", gpus_per_node=4,
+                                                                  nodes=18))["candidates"]}
+    with pytest.raises(InputError, match="8 GPUs of an NVLink domain"):
+        plan(PlanRequest(**model, gpu="H100", nodes=18, tensor_parallel=24))
+    with pytest.raises(InputError, match="--nvlink-domain"):
+        plan(PlanRequest(**model, gpu="GB200", gpus_per_node=4, nodes=17))
