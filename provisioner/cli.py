@@ -160,6 +160,8 @@ def _add_plan_parser(commands: argparse._SubParsersAction) -> None:
                           help="interleaved 1F1B: layer chunks per pipeline rank (default 1)")
     training.add_argument("--context-parallel", type=int, default=1,
                           help="GPUs that split each sequence (ring attention; default 1)")
+    training.add_argument("--expert-parallel", type=int, default=1,
+                          help="data-parallel ranks a MoE's experts are spread over (default 1)")
     training.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
                           help="attention scores are stored for the backward pass (5·a·s/h per layer)")
     for name in ("tensor-parallel", "pipeline-parallel", "data-parallel"):
@@ -326,7 +328,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         optimizer=args.optimizer, zero_stage=args.zero_stage, checkpointing=args.checkpointing,
         flash_attention=args.flash_attention, selective_recompute=args.selective_recompute,
         sequence_parallel=args.sequence_parallel, virtual_stages=args.virtual_stages,
-        context_parallel=args.context_parallel, nvlink_domain=args.nvlink_domain,
+        context_parallel=args.context_parallel, expert_parallel=args.expert_parallel,
+        nvlink_domain=args.nvlink_domain,
         tensor_parallel=args.tensor_parallel, pipeline_parallel=args.pipeline_parallel,
         data_parallel=args.data_parallel, gpu=args.gpu, gpus_per_node=args.gpus_per_node, nodes=args.nodes,
         gpus=args.gpus, intra_node=args.intra_node, fabric=args.fabric, hcas_per_node=args.hcas_per_node,

@@ -86,10 +86,11 @@ class Work:
     sequence_parallel: bool = True
     context: int = 1
     fp8: bool = False
+    expert_parallel: int = 1
 
 
 def micro_batch_time(work: Work, gpu: Gpu, nvlink_gbps: float, context_gbps: float = 0.0,
-                     tp_overlap: float = 0.0) -> list[Quantity]:
+                     tp_overlap: float = 0.0, expert_gbps: float = 0.0) -> list[Quantity]:
     """The parts of one micro-batch's forward and backward pass on the busiest stage, in ms.
 
     With context parallelism (c) each GPU holds s/c of the sequence: its layers' GEMMs shrink by
@@ -146,6 +147,18 @@ def micro_batch_time(work: Work, gpu: Gpu, nvlink_gbps: float, context_gbps: flo
                               "max(0, L_stage × (c-1) × 6 × (s/c)·b·kv_heads/t·head_dim·2 B / link - attention core)",
                               f"max(0, {ring_bytes / 1e9:.4g} GB / {context_gbps:g} GB/s = {ring_ms:.4g} ms - "
                               f"{core_ms:.4g} ms) = {exposed:.4g} ms"))
+    e = work.expert_parallel
+    if shape.experts > 1 and e > 1:
+        # Each token goes to its k experts and comes back (dispatch and combine), forward and
+        # backward: 4 all-to-alls of the tokens this GPU holds, (e-1)/e of them leaving it.
+        tokens = local * b / (t if work.sequence_parallel else 1)
+        calls = 4 + (2 if work.recompute == "full" else 0)
+        a2a_bytes = layers * calls * tokens * shape.experts_per_token * h * 2 * (e - 1) / e
+        a2a_ms = a2a_bytes / (expert_gbps * 1e9) * 1e3
+        parts.append(Quantity("expert all-to-all (exposed)", a2a_ms, "ms",
+                              "L_stage × calls × tokens × k × h × 2 B × (e-1)/e / link",
+                              f"{layers:g} × {calls} × {tokens:g} × {shape.experts_per_token} × {h} × 2 B × ({e}-1)/{e}"
+                              f" / {expert_gbps:g} GB/s = {a2a_ms:.4g} ms"))
     return parts
 
 

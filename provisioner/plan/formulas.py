@@ -52,20 +52,28 @@ def optimizer_bytes(precision: str, optimizer: str) -> int:
 
 
 def model_state_memory(parameters: float, model_parallel: int, data_parallel: int, zero_stage: int,
-                       precision: str, optimizer: str) -> list[Quantity]:
-    """Weights, gradients and optimizer states on one GPU under the ZeRO stage (0: plain data parallel)."""
+                       precision: str, optimizer: str, expert_parameters: float = 0.0,
+                       expert_parallel: int = 1) -> list[Quantity]:
+    """Weights, gradients and optimizer states on one GPU under the ZeRO stage (0: plain data parallel).
+
+    With expert parallelism (e) each GPU holds 1/e of the experts' weights; what ZeRO shards over
+    the d data-parallel ranks comes to P/(t·p·d) either way (the experts over d/e ranks)."""
     spec = PRECISIONS[precision]
     k = optimizer_bytes(precision, optimizer)
+    d, e = data_parallel, expert_parallel
+    held = (parameters - expert_parameters + expert_parameters / e) / model_parallel
     shard = parameters / model_parallel
-    p_text = f"P/(t·p) = {parameters:.4g}/{model_parallel}"
-    d = data_parallel
+    held_text = (f"P/(t·p) = {parameters:.4g}/{model_parallel}" if e == 1 else
+                 f"(P - P_experts + P_experts/e)/(t·p) = ({parameters:.4g} - {expert_parameters:.4g} + "
+                 f"{expert_parameters:.4g}/{e})/{model_parallel}")
 
     def part(name: str, per_param: int, sharded: bool) -> Quantity:
-        divisor = d if sharded else 1
-        value = shard * per_param / divisor / GB
-        formula = f"P/(t·p) × {per_param} B" + (" / d" if sharded else "")
-        worked = f"{p_text} × {per_param}" + (f" / {d}" if sharded else "") + f" = {value:.2f} GB"
-        return Quantity(name, value, "GB", formula, worked)
+        value = (shard / d if sharded else held) * per_param / GB
+        if sharded:
+            return Quantity(name, value, "GB", f"P/(t·p) × {per_param} B / d",
+                            f"P/(t·p) = {parameters:.4g}/{model_parallel} × {per_param} / {d} = {value:.2f} GB")
+        formula = ("P/(t·p)" if e == 1 else "(P - P_experts + P_experts/e)/(t·p)") + f" × {per_param} B"
+        return Quantity(name, value, "GB", formula, f"{held_text} × {per_param} = {value:.2f} GB")
 
     return [part("weights", spec.weight_bytes, zero_stage >= 3),
             part("gradients", spec.gradient_bytes, zero_stage >= 2),

@@ -44,6 +44,11 @@ class ModelShape:
         return self.layers * per_layer + self._embeddings() + self.hidden
 
     @property
+    def expert_parameters(self) -> int:
+        """The experts' weights (0 for a dense model): what expert parallelism shards."""
+        return self.layers * self.experts * self._mlp() if self.experts > 1 else 0
+
+    @property
     def active_parameters_per_layer(self) -> int:
         """The weights of one layer a token passes through (top-k experts)."""
         return self._attention() + self.experts_per_token * self._mlp() + self._router() + 2 * self.hidden

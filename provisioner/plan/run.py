@@ -43,6 +43,7 @@ class PlanRequest:
     sequence_parallel: bool = True
     virtual_stages: int = 1
     context_parallel: int = 1
+    expert_parallel: int = 1
     nvlink_domain: int | None = None
     tensor_parallel: int | None = None
     pipeline_parallel: int | None = None
@@ -178,6 +179,7 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
               nodes=request.nodes, gpus=request.gpus, gpus_per_node=request.gpus_per_node,
               hcas_per_node=request.hcas_per_node, checkpoint_every=request.checkpoint_every,
               virtual_stages=request.virtual_stages, context_parallel=request.context_parallel,
+              expert_parallel=request.expert_parallel,
               nvlink_domain=request.nvlink_domain)
     if request.tokens:
         try:
@@ -203,6 +205,9 @@ def build(request: PlanRequest) -> tuple[sizing.Job, sizing.Cluster, int]:
     if request.sequence % request.context_parallel:
         problems.append(InputProblem(ARGS, "--context-parallel", f"{request.context_parallel} does not divide the "
                                      f"sequence of {request.sequence} tokens"))
+    if request.expert_parallel > 1 and shape.experts % request.expert_parallel:
+        problems.append(InputProblem(ARGS, "--expert-parallel", f"{request.expert_parallel} does not divide the "
+                                     f"model's {shape.experts} expert(s)"))
     if request.precision == "fp8" and not cluster.gpu.fp8_dense_tflops:
         problems.append(InputProblem(ARGS, "--precision", f"{cluster.gpu.name} has no fp8 Tensor Cores"))
     if request.tensor_parallel and shape.heads % request.tensor_parallel:
@@ -277,7 +282,7 @@ def plan(request: PlanRequest) -> dict:
     job, cluster, global_batch = build(request)
     layouts = sizing.candidate_layouts(job, cluster, global_batch, request.tensor_parallel,
                                        request.pipeline_parallel, request.data_parallel, request.virtual_stages,
-                                       request.context_parallel)
+                                       request.context_parallel, request.expert_parallel)
     if not layouts:
         raise InputError([InputProblem(ARGS, "--global-batch", f"no layout of {cluster.gpus} GPUs (tensor "
                                        f"{request.tensor_parallel or 'any'}, pipeline "
@@ -297,6 +302,7 @@ def plan(request: PlanRequest) -> dict:
                      "activation_checkpointing": job.checkpointing, "flash_attention": job.flash_attention,
                      "recompute": job.recompute, "sequence_parallel": job.sequence_parallel,
                      "virtual_stages": request.virtual_stages, "context_parallel": request.context_parallel,
+                     "expert_parallel": request.expert_parallel,
                      "global_batch_tokens": global_batch * job.sequence},
         "cluster": {"gpu": cluster.gpu.name, "gpu_source": cluster.gpu.source, "gpu_memory_gb": cluster.gpu.memory_gb,
                     "usable_memory_gb": round(cluster.usable_memory_gb, 2),

@@ -84,13 +84,14 @@ class Layout:
     micro_batches: int
     virtual_stages: int = 1  # interleaved 1F1B: each GPU holds this many chunks of L/(p·v) layers
     context: int = 1  # context parallelism: each GPU holds s/c of every sequence
+    expert: int = 1  # expert parallelism: the experts spread over this many of the data-parallel ranks
 
     @property
     def gpus(self) -> int:
         return self.tensor * self.context * self.pipeline * self.data
 
     def as_dict(self) -> dict:
-        return {"tensor_parallel": self.tensor, "context_parallel": self.context,
+        return {"tensor_parallel": self.tensor, "context_parallel": self.context, "expert_parallel": self.expert,
                 "pipeline_parallel": self.pipeline, "data_parallel": self.data,
                 "micro_batches": self.micro_batches, "virtual_stages": self.virtual_stages}
 
@@ -163,11 +164,14 @@ def _micro_batch(job: Job, cluster: Cluster, layout: Layout) -> list[Quantity]:
     if job.mfu is None:
         work = compute.Work(job.shape, job.sequence, job.micro_batch, layout.tensor,
                             compute.stage_work(job.shape, layout.pipeline), job.recompute, job.flash_attention,
-                            job.sequence_parallel, layout.context, job.precision == "fp8")
-        # The ring of a context-parallel group runs over NVLink while the group stays in the domain.
-        ring = (cluster.bandwidth.intra_node_gbps if layout.tensor * layout.context <= cluster.domain
-                else cluster.nic_gbps_per_gpu)
-        return compute.micro_batch_time(work, cluster.gpu, cluster.bandwidth.intra_node_gbps, ring, job.tp_overlap)
+                            job.sequence_parallel, layout.context, job.precision == "fp8", layout.expert)
+        # A context-parallel ring, an expert-parallel all-to-all: over NVLink while the group stays in
+        # the NVLink domain, else over each GPU's share of the node's NICs.
+        def link(span: int) -> float:
+            return cluster.bandwidth.intra_node_gbps if span <= cluster.domain else cluster.nic_gbps_per_gpu
+        group = layout.tensor * layout.context
+        return compute.micro_batch_time(work, cluster.gpu, cluster.bandwidth.intra_node_gbps, link(group),
+                                        job.tp_overlap, link(group * layout.expert))
     tokens = job.micro_batch * job.sequence * layout.data
     flat = formulas.compute_time(job.active_parameters, tokens, cluster.gpus // layout.pipeline,
                                  cluster.gpu.bf16_dense_tflops, job.mfu, job.checkpointing)
@@ -191,13 +195,16 @@ def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
     """Memory, time and efficiency of one layout."""
     shape, model_parallel = job.shape, layout.tensor * layout.pipeline
     p, m, v = layout.pipeline, layout.micro_batches, layout.virtual_stages
+    expert_parameters = job.parameters * shape.expert_parameters / shape.parameters
     memory = formulas.model_state_memory(job.parameters, model_parallel, layout.data * layout.context,
-                                         job.zero_stage, job.precision, job.optimizer)
+                                         job.zero_stage, job.precision, job.optimizer, expert_parameters,
+                                         layout.expert)
     memory += formulas.activation_memory(shape.layers, shape.hidden, shape.heads, shape.vocab,
                                          job.sequence // layout.context, job.micro_batch, layout.tensor,
                                          job.checkpointing, not job.scores_stored, p, m, v)
     total = sum(q.value for q in memory)
-    gradient_bytes = job.parameters / model_parallel * formulas.PRECISIONS[job.precision].gradient_bytes
+    held = job.parameters - expert_parameters + expert_parameters / layout.expert
+    gradient_bytes = held / model_parallel * formulas.PRECISIONS[job.precision].gradient_bytes
     tokens = job.micro_batch * job.sequence * layout.data * m
     parts = _micro_batch(job, cluster, layout)
     micro = sum(q.value for q in parts)
@@ -223,9 +230,9 @@ def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
     model_flops = tokens * compute.model_flops_per_token(shape, job.active_parameters, job.sequence)
     mfu = model_flops / (step / 1e3 * cluster.gpus * cluster.gpu.bf16_dense_tflops * 1e12) if step else 0.0
     notes = []
-    if job.shape.experts > 1:
-        notes.append("mixture of experts: memory and gradients count every expert, compute the active ones; "
-                     "experts are replicated across data-parallel ranks (expert parallelism not modelled)")
+    if job.shape.experts > 1 and layout.expert == 1:
+        notes.append("mixture of experts: every data-parallel rank holds every expert (--expert-parallel "
+                     "spreads them); compute counts the active ones")
     return Evaluation(
         layout=layout, memory=memory, memory_total_gb=total, fits=total <= cluster.usable_memory_gb,
         communication=[q for q in parts if q.name.startswith("tensor-parallel")] + sync, compute=compute_total,
@@ -234,14 +241,14 @@ def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
         predicted_mfu=mfu, tokens_per_step=tokens, micro_batch_parts=parts, optimizer=optimizer,
         gradient_bytes=gradient_bytes, gradient_sync_ms=sync_time, notes=notes,
         gradients=Quantity("gradient bytes per step (per GPU, each data-parallel group)", gradient_bytes / 1e6, "MB",
-                           "P/(t·p) × gradient bytes",
-                           f"{job.parameters:.4g}/{model_parallel} × "
+                           "P held/(t·p) × gradient bytes",
+                           f"{held:.4g}/{model_parallel} × "
                            f"{formulas.PRECISIONS[job.precision].gradient_bytes} = {gradient_bytes / 1e6:.4g} MB"))
 
 
 def candidate_layouts(job: Job, cluster: Cluster, global_batch: int, tensor: int | None = None,
                       pipeline: int | None = None, data: int | None = None,
-                      virtual_stages: int = 1, context: int = 1) -> list[Layout]:
+                      virtual_stages: int = 1, context: int = 1, expert: int = 1) -> list[Layout]:
     """Every layout of the cluster's GPUs: tensor parallel inside an NVLink domain (dividing it and
     the heads), context parallel as given, pipeline stages, data parallel; pipelines interleaved
     over virtual_stages chunks where each stage's layers divide into them."""
@@ -264,7 +271,9 @@ def candidate_layouts(job: Job, cluster: Cluster, global_batch: int, tensor: int
             v = virtual_stages if p > 1 else 1
             if v > 1 and (job.shape.layers % p or (job.shape.layers // p) % v):
                 continue
-            layouts.append(Layout(t, p, d, global_batch // (job.micro_batch * d), v, context))
+            if (d * context) % expert:
+                continue
+            layouts.append(Layout(t, p, d, global_batch // (job.micro_batch * d), v, context, expert))
     return layouts
 
 
@@ -303,11 +312,11 @@ def scaling_limit(job: Job, cluster: Cluster, layout: Layout, global_batch: int)
     last = None
     for d in _divisors(max_data):
         gpus = d * group
-        if gpus % cluster.gpus_per_node:
+        if gpus % cluster.gpus_per_node or (d * layout.context) % layout.expert:
             continue
         trial = replace(cluster, nodes=gpus // cluster.gpus_per_node)
         result = evaluate(job, trial, Layout(layout.tensor, layout.pipeline, d, max_data // d,
-                                             layout.virtual_stages, layout.context))
+                                             layout.virtual_stages, layout.context, layout.expert))
         last = result
         if result.scaling_efficiency < 0.5:
             return ScalingLimit(gpus, result.scaling_efficiency,

@@ -323,3 +323,34 @@ def test_tensor_parallelism_reaches_across_trays_inside_a_gb200_nvl72_domain():
         plan(PlanRequest(**model, gpu="H100", nodes=18, tensor_parallel=24))
     with pytest.raises(InputError, match="--nvlink-domain"):
         plan(PlanRequest(**model, gpu="GB200", gpus_per_node=4, nodes=17))
+
+
+def test_expert_parallelism_spreads_the_experts_and_pays_an_all_to_all_per_layer():
+    def run(expert: int) -> dict:
+        try:
+            return plan(PlanRequest(model="8x7B-MoE", gpu="H100", nodes=4, tensor_parallel=1, pipeline_parallel=1,
+                                    expert_parallel=expert))["recommended"]
+        except DoesNotFit as verdict:
+            return verdict.document["closest"]
+    replicated, spread = run(1), run(8)
+    assert not replicated["fits"] and spread["fits"]
+    assert spread["layout"]["expert_parallel"] == 8
+    weights = {name: next(q for q in r["memory"] if q["name"] == "weights")
+               for name, r in (("replicated", replicated), ("spread", spread))}
+    # every expert on each GPU, against 1/8 of them: the attention and embeddings stay whole
+    shape = PRESETS["8x7B-MoE"]
+    dense = shape.parameters - shape.expert_parameters
+    assert weights["spread"]["value"] == pytest.approx((dense + shape.expert_parameters / 8) * 2 / 1e9)
+    assert weights["replicated"]["value"] > 3 * weights["spread"]["value"]
+    a2a = {q["name"]: q for q in spread["micro_batch"]}["expert all-to-all (exposed)"]
+    assert "× 2 × 4096 × 2 B × (8-1)/8 / 450 GB/s" in a2a["worked"]  # top-2 of 8, inside the node
+    assert "expert all-to-all (exposed)" not in {q["name"] for q in replicated["micro_batch"]}
+    assert any("--expert-parallel" in note for note in replicated["notes"]) and not spread["notes"]
+    # 16 experts' ranks span two nodes: the all-to-all leaves NVLink for the NICs
+    wide = plan(PlanRequest(model="8x7B-MoE", gpu="H100", nodes=4, tensor_parallel=2, pipeline_parallel=1,
+                            expert_parallel=8))["recommended"]
+    assert "/ 50 GB/s" in {q["name"]: q for q in wide["micro_batch"]}["expert all-to-all (exposed)"]["worked"]
+    with pytest.raises(InputError, match="--expert-parallel: 3 does not divide the model's 8 expert"):
+        plan(PlanRequest(model="8x7B-MoE", gpu="H100", nodes=4, expert_parallel=3))
+    with pytest.raises(InputError, match="1 expert"):
+        plan(PlanRequest(model="70B", gpu="H100", nodes=4, expert_parallel=2))
