@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def figure(value: float, unit: str) -> str:
@@ -28,11 +29,15 @@ def count(value: float) -> str:
 
 
 def _quantities(title: str, rows: list[dict]) -> Table:
+    """Name, value (aligned on the right) and the formula with, under it, the numbers put in: three
+    columns that stay readable in 80."""
     table = Table(title=title, title_justify="left")
-    for column in ("", "value", "formula", "with the numbers"):
-        table.add_column(column, overflow="fold")
+    table.add_column("", max_width=22, overflow="fold")
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("formula / with the numbers", overflow="fold")
     for row in rows:
-        table.add_row(row["name"], figure(row["value"], row["unit"]), row["formula"], row["worked"])
+        table.add_row(row["name"], figure(row["value"], row["unit"]), Text(row["formula"]) + Text(
+            "\n= " + row["worked"], style="dim"))
     return table
 
 
