@@ -88,8 +88,7 @@ def print_plan(console: Console, document: dict) -> None:
     chosen = document.get("recommended") or document.get("closest")
     layout = chosen["layout"]
     header = "recommended layout" if document["fits"] else "closest layout (does not fit)"
-    console.print(f"[bold]{header}[/]: tensor {layout['tensor_parallel']} x pipeline {layout['pipeline_parallel']} "
-                  f"x data {layout['data_parallel']}, {layout['micro_batches']} micro-batch(es) per step",
+    console.print(f"[bold]{header}[/]: {layout['description']}, {layout['micro_batches']} micro-batch(es) per step",
                   highlight=False)
     console.print(_quantities(f"memory per GPU: {chosen['memory_total_gb']:.1f} GB of "
                               f"{document['cluster']['usable_memory_gb']:.1f} GB usable", chosen["memory"]))

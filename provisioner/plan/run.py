@@ -244,6 +244,8 @@ def _advice(request: PlanRequest) -> str:
         options.append("--checkpointing")
     if request.micro_batch > 1:
         options.append(f"a smaller --micro-batch (now {request.micro_batch})")
+    if request.context_parallel == 1 and request.sequence >= 8192:
+        options.append("--context-parallel (each sequence's activations split)")
     fixed = [name for name, value in (("--tensor-parallel", request.tensor_parallel),
                                       ("--pipeline-parallel", request.pipeline_parallel),
                                       ("--data-parallel", request.data_parallel)) if value]
@@ -324,8 +326,8 @@ def plan(request: PlanRequest) -> dict:
         document["fits"] = False
         document["closest"] = smallest.as_dict()
         document["verdict"] = (f"does not fit in GPU memory at any layout of {cluster.gpus} {cluster.gpu.name}: the "
-                               f"smallest (tensor {smallest.layout.tensor}, pipeline {smallest.layout.pipeline}, data "
-                               f"{smallest.layout.data}) needs {smallest.memory_total_gb:.1f} GB per GPU of "
+                               f"smallest ({smallest.layout.description}) needs {smallest.memory_total_gb:.1f} GB per "
+                               f"GPU of "
                                f"{cluster.usable_memory_gb:.1f} GB usable; try {_advice(request)}")
         raise DoesNotFit(document)
     limit = sizing.scaling_limit(job, cluster, chosen.layout, global_batch)
@@ -345,8 +347,8 @@ def plan(request: PlanRequest) -> dict:
     document.update({
         "fits": True, "recommended": chosen.as_dict(), "scaling_limit": limit.as_dict(),
         "heuristics": sizing.heuristics(job, cluster, chosen),
-        "verdict": (f"fits: tensor {chosen.layout.tensor} x pipeline {chosen.layout.pipeline} x data "
-                    f"{chosen.layout.data}, {chosen.memory_total_gb:.1f} of {cluster.usable_memory_gb:.1f} GB per "
+        "verdict": (f"fits: {chosen.layout.description}, {chosen.memory_total_gb:.1f} of "
+                    f"{cluster.usable_memory_gb:.1f} GB per "
                     f"GPU, predicted MFU {chosen.predicted_mfu:.1%}"),
     })
     return document

@@ -90,8 +90,18 @@ class Layout:
     def gpus(self) -> int:
         return self.tensor * self.context * self.pipeline * self.data
 
+    @property
+    def description(self) -> str:
+        """tensor 8 x context 2 x pipeline 16 (2 virtual stages) x data 32, the degrees above 1 beyond the three."""
+        parts = [f"tensor {self.tensor}"] + ([f"context {self.context}"] if self.context > 1 else [])
+        parts.append(f"pipeline {self.pipeline}" + (f" ({self.virtual_stages} virtual stages)"
+                                                    if self.virtual_stages > 1 else ""))
+        parts.append(f"data {self.data}" + (f" (experts over {self.expert})" if self.expert > 1 else ""))
+        return " x ".join(parts)
+
     def as_dict(self) -> dict:
-        return {"tensor_parallel": self.tensor, "context_parallel": self.context, "expert_parallel": self.expert,
+        return {"description": self.description,
+                "tensor_parallel": self.tensor, "context_parallel": self.context, "expert_parallel": self.expert,
                 "pipeline_parallel": self.pipeline, "data_parallel": self.data,
                 "micro_batches": self.micro_batches, "virtual_stages": self.virtual_stages}
 
@@ -251,7 +261,7 @@ def candidate_layouts(job: Job, cluster: Cluster, global_batch: int, tensor: int
                       virtual_stages: int = 1, context: int = 1, expert: int = 1) -> list[Layout]:
     """Every layout of the cluster's GPUs: tensor parallel inside an NVLink domain (dividing it and
     the heads), context parallel as given, pipeline stages, data parallel; pipelines interleaved
-    over virtual_stages chunks where each stage's layers divide into them."""
+    over virtual_stages chunks where there is a layer for each."""
     layouts = []
     tensors = [tensor] if tensor else [t for t in range(1, cluster.domain + 1)
                                        if cluster.domain % t == 0 and job.shape.heads % t == 0
@@ -269,8 +279,8 @@ def candidate_layouts(job: Job, cluster: Cluster, global_batch: int, tensor: int
             if global_batch % (job.micro_batch * d):
                 continue
             v = virtual_stages if p > 1 else 1
-            if v > 1 and (job.shape.layers % p or (job.shape.layers // p) % v):
-                continue
+            if job.shape.layers < p * v:
+                continue  # a chunk of at least one layer per virtual stage (uneven chunks allowed)
             if (d * context) % expert:
                 continue
             layouts.append(Layout(t, p, d, global_batch // (job.micro_batch * d), v, context, expert))
