@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--dry-run", action="store_true",
                          help="print the rounds, their jobs and an estimate of the wall time; touch no host")
     certify.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    certify.add_argument("--verbose", action="store_true",
+                         help="every check on screen (by default: the summary and the failures)")
     # Testing only: perturb this rank's gradients to prove the gradient-norm check works.
     certify.add_argument("--inject-grad-fault", type=int, help=argparse.SUPPRESS)
     # Testing only: this rank perturbs a tensor of the checkpoint state it resumes from.
@@ -303,7 +305,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         nodes=_nodes(args.nodes),
         steps=args.steps, drain_failed=args.drain_failed, reservation=args.reservation,
         parts=(args.only,) if args.only else PARTS, inject_grad_fault=args.inject_grad_fault,
-        inject_resume_fault=args.inject_resume_fault,
+        inject_resume_fault=args.inject_resume_fault, verbose=args.verbose,
         argv=_argv())
     if args.dry_run:
         plan = dry_run(request)

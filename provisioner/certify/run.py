@@ -21,10 +21,11 @@ from provisioner.ansible import playbooks
 from provisioner.ansible.lock import inventory_lock
 from provisioner.ansible.records import make_private
 from provisioner.ansible.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOutcome
-from provisioner.certify import bundle, criteria, report
+from provisioner.certify import bundle, criteria, report, report_html
 from provisioner.certify.profiles import ProfileError, Thresholds, durations_s, thresholds
 from provisioner.certify.progress import CertifyProgress
 from provisioner.certify.schedule import Round, base_rounds, estimate_s
+from provisioner.certify.summary import figure, print_summary, summarise
 from provisioner.errors import InputError, InputProblem
 from provisioner.inventory.model import Inventory
 from provisioner.parsers.common import ParseError
@@ -41,7 +42,6 @@ RESUME_GPU_TOLERANCE = 1e-2
 CHECKPOINT_INTERVAL_S = 3600.0
 REPEATS = 3
 # Checks printed in full on the terminal up to this many; beyond, the failing ones only.
-CHECKS_SHOWN = 60
 
 
 @dataclass
@@ -59,6 +59,7 @@ class CertifyRequest:
     # Nodes whose versions may differ from the pins (a rolling upgrade's partner, not yet
     # upgraded): the version check still holds every other node to the pins and to each other.
     version_exempt: tuple[str, ...] = ()
+    verbose: bool = False  # every check on screen, not only the failures
 
 
 def _problem(inventory: Inventory, key: str, message: str) -> InputError:
@@ -270,20 +271,14 @@ def print_dry_run(plan: dict[str, Any], console: Console) -> None:
 
 
 def _print_checks(console: Console, checks: list[criteria.Check]) -> None:
-    shown = checks if len(checks) <= CHECKS_SHOWN else [check for check in checks if not check.passed]
-    title = "certification checks" if shown is checks else (
-        f"certification checks: the {len(shown)} failing of {len(checks)} (all in certification.json)")
-    table = Table(title=title, title_justify="left")
+    """Every check (--verbose)."""
+    table = Table(title=f"certification checks ({len(checks)})", title_justify="left")
     for column in ("", "check", "blamed", "measured", "threshold"):
         table.add_column(column)
-    for check in shown:
-        measured = "" if check.measured is None else f"{check.measured} {check.unit}".strip()
-        table.add_row("[green]pass[/]" if check.passed else "[red]FAIL[/]", check.name, ", ".join(check.blamed),
-                      measured, "" if check.threshold is None else str(check.threshold))
-    console.print(table)
     for check in checks:
-        if not check.passed:
-            console.print(f"[red]FAIL[/] {check.name}: {check.detail}", highlight=False)
+        table.add_row("[green]pass[/]" if check.passed else "[red]FAIL[/]", check.name, ", ".join(check.blamed),
+                      figure(check.measured, check.unit), figure(check.threshold, check.unit))
+    console.print(table)
 
 
 def _drain(request: CertifyRequest, verdicts: dict[str, dict[str, Any]], console: Console) -> int:
@@ -490,18 +485,8 @@ def judge_and_report(request: CertifyRequest, nodes: list[str], judge: criteria.
     }
     report.write_json(record / "certification.json", document)
     report.write_junit(record / "certification.junit.xml", document)
-    report.write_html(record / "certification.html", document)
-    _print_checks(console, checks)
-    for finding in document["findings"]:
-        console.print(f"[red]{finding['kind']}[/] {', '.join(finding['nodes'])} ({finding['instrument']}): "
-                      f"{finding['how']}", highlight=False, soft_wrap=True)
-    schedule = document["schedule"]
-    console.print(f"{len(document['rounds'])} rounds ({schedule['base_rounds']} of the schedule, "
-                  f"{schedule['localise_rounds']} to localise) in {duration / 60:.1f} min", highlight=False)
-    for node, verdict in verdicts.items():
-        failed = ", ".join(verdict["failed_checks"])
-        state = "[green]certified[/]" if verdict["certified"] else f"[red]FAILED[/] {failed}"
-        console.print(f"{node}: {state}", highlight=False)
-    word = "[yellow]INTERRUPTED" if interrupted else ("[green]CERTIFIED" if certified else "[red]NOT CERTIFIED")
-    console.print(f"{word}[/]; report: {record / 'certification.html'}", highlight=False)
+    report_html.write_html(record / "certification.html", document)
+    if request.verbose:
+        _print_checks(console, checks)
+    print_summary(console, summarise(document), str(record / "certification.html"))
     return document

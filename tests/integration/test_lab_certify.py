@@ -205,12 +205,14 @@ def test_a_gpu_node_whose_ranks_see_no_gpu_fails_naming_it(certify_runs: Path):
 
 
 def _stop_training_ranks(node: str, stopped: dict) -> None:
-    """Once the smoke training's ranks run on the node, stop them (SIGSTOP: the process stays,
-    silent, as a rank stuck in a driver call or a hung GPU)."""
+    """Once the node's ranks have reported a training step (their heartbeat in the job's output on
+    the controller), stop them (SIGSTOP: the process stays, silent, as a rank stuck in a driver
+    call or a hung GPU). Stopped earlier, while the process group forms, nothing names the ranks."""
+    in_steps = f"grep -lsE 'PROVISION-HEARTBEAT .*\"h\": \"{node}\".*\"w\": \"step' " \
+        "/var/tmp/provision-certify/*/jobs/*.out"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        if node_exec(node, "pgrep", "-f", "smoke_train.py").returncode == 0:
-            time.sleep(5)  # well into its steps
+        if node_exec("ctl01", "sh", "-c", in_steps).returncode == 0:
             node_exec(node, "pkill", "-STOP", "-f", "smoke_train.py")
             stopped["at"] = time.monotonic()
             return

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.certify import criteria, jobs, outputs, report
+from provisioner.certify import criteria, jobs, outputs, report, report_html
 from provisioner.certify.driver import srun_argv
 from provisioner.certify.profiles import ProfileError, thresholds
 from provisioner.certify.schedule import Job
@@ -321,9 +321,14 @@ def test_reports(tmp_path: Path):
     report.write_json(tmp_path / "c.json", document)
     suites = ET.parse(report.write_junit(tmp_path / "c.xml", document)).getroot()
     assert {s.get("name"): s.get("failures") for s in suites} == {"a": "0", "b": "1", "fleet": "0"}
-    page = report.write_html(tmp_path / "c.html", document).read_text()
-    assert "NOT CERTIFIED" in page and page.count("<svg") == 3 and "FAIL" in page
-    assert "2.18.5+cuda12.2 on a, b" in page and "PyTorch's own): 2.21.5 on a" in page
+    page = report_html.write_html(tmp_path / "c.html", document).read_text()
+    assert "NOT CERTIFIED" in page and "FAIL" in page
+    assert "2.18.5+cuda12.2 on 2 nodes" in page and "PyTorch's own): 2.21.5 on 1 node" in page
+    # summary first: b failed, with its evidence and the commands to take it out
+    summary = page.index("<h2>Failures</h2>")
+    assert summary < page.index("<h2>Nodes by check</h2>") < page.index("<h2>Checks</h2>")
+    assert "<h3>b</h3>" in page and "provision drain b -i" in page and "provision replace-node b -i" in page
+    assert "None" not in page.replace("None: every node", "")
 
 
 def test_nccl_versions_per_node_from_nccl_tests_and_the_trainer(real_outputs: Path):
