@@ -15,7 +15,9 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # fio: the launcher's storage instrument runs it in the unit tests as on the nodes.
-packages=(docker.io debootstrap openssh-client python3 python3-venv iproute2 ca-certificates fio)
+# chromium, chromium-driver and a font: the tests open the certification page in a real browser.
+packages=(docker.io debootstrap openssh-client python3 python3-venv iproute2 ca-certificates fio
+          chromium chromium-driver fonts-dejavu-core)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -53,10 +53,12 @@ def strip(title: str, values: dict[str, float], unit: str, lines: list[tuple[str
                  "</text>")
     for number, (label, value, colour) in enumerate(lines):
         x = _x(value, top)
+        # the label on the side with room: left of lines near the right edge
+        anchor, offset = ("end", -3) if x > WIDTH - 140 else ("start", 3)
         parts.append(f'<line x1="{x:.1f}" y1="24" x2="{x:.1f}" y2="{base}" stroke="{colour}" stroke-width="1.5" '
                      f'stroke-dasharray="{"" if number == 0 else "5,3"}"/>'
-                     f'<text x="{x + 3:.1f}" y="{32 + 11 * number}" font-size="10" fill="{colour}">'
-                     f'{html.escape(label)} {value:.3g}</text>')
+                     f'<text x="{x + offset:.1f}" y="{32 + 11 * number}" font-size="10" fill="{colour}" '
+                     f'text-anchor="{anchor}">{html.escape(label)} {value:.3g}</text>')
     ordered = sorted(values.items(), key=lambda item: item[1], reverse=not low_is_bad)
     named = {name for name, value in ordered[:OUTLIERS_NAMED] if bad(value)}
     for index, (name, value) in enumerate(sorted(values.items())):

@@ -45,8 +45,19 @@ def summarise(document: dict[str, Any]) -> dict[str, Any]:
         failing.append({"node": node, "checks": [{"id": c["id"], "name": c["name"], "evidence": evidence(c)}
                                                  for c in failed],
                         "actions": _actions(node, document.get("inventory", ""), verdict["failed_checks"])})
-    unblamed = [{"id": c["id"], "name": c["name"], "evidence": evidence(c)} for c in document["checks"]
-                if not c["passed"] and not c["blamed"]]
+    # A failure that blames no node (a slow pair) goes with the failing node among its nodes, whom
+    # the localisation named; only the ones no failing node explains stand alone.
+    unblamed = []
+    by_node = {failure["node"]: failure for failure in failing}
+    for check in document["checks"]:
+        if check["passed"] or check["blamed"]:
+            continue
+        entry = {"id": check["id"], "name": check["name"], "evidence": evidence(check)}
+        owner = next((node for node in check["nodes"] if node in by_node), None)
+        if owner is not None:
+            by_node[owner]["checks"].append(entry)
+        else:
+            unblamed.append(entry)
     ranks = []
     for check in document["checks"]:
         if not check["passed"] and (check["id"].endswith(".hang") or check["id"].endswith(".straggler")):

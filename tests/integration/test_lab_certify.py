@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import main
+from tests.browser import chromium, open_page, visible_rows
 from tests.helpers import last_document, last_record
 
 from .conftest import node_exec, sinfo_node, throttle_storage, wait_for
@@ -108,6 +109,10 @@ def test_the_lab_is_certified_with_evidence(certify_runs: Path):
     # the strips of each node's busbw, per-rank compute, checkpoint write and read; the loss, the
     # gradient norm, the step times, the resume, busbw by size, the rounds
     assert page.count("<svg") == 11
+    # in a real browser: no script error, the two nodes shown (a fleet this small is not folded)
+    with chromium() as driver:
+        assert open_page(driver, record / "certification.html") == []
+        assert {"gpu01", "gpu02"} <= set(visible_rows(driver))
     # nccl-tests ran against the node's pinned libnccl2 (the lab's stand-in NCCL), launched with --mpi=pmix.
     assert document["nccl_versions"]["system"] == {"gpu01": "2.18.5+cuda12.2", "gpu02": "2.18.5+cuda12.2"}
     results = json.loads((record / "certification-outputs" / "results.json").read_text())
