@@ -245,9 +245,10 @@ class Watch:
         return now - self.last_progress
 
     def hung(self, heartbeat_s: float) -> tuple[list[str], str]:
-        """The nodes whose ranks stopped first, or never reached where the others wait: behind
-        the furthest position, silent well before the last rank was heard, or never heard at
-        all. Nothing where every node looks the same (the others cannot be told apart)."""
+        """The nodes whose ranks stopped first, or never reached where the others wait: silent well
+        before the last rank was heard, else (where every rank still speaks) behind the furthest
+        position; or never heard at all. Nothing where every node looks the same (the others
+        cannot be told apart)."""
         if not self.heartbeats or not self.ranks:
             return [], "no rank reported its progress"
         top = max(seen.position for seen in self.ranks.values())
@@ -256,7 +257,10 @@ class Watch:
         silent = {rank for rank, seen in self.ranks.items() if seen.last_seen < latest - 3 * heartbeat_s}
         heard = {seen.host for seen in self.ranks.values()}
         unheard = [node for node in self.nodes if node not in heard]
-        culprits = behind | silent
+        # Ranks that fell silent are the ones stopped; the others go on printing where they wait,
+        # and those of a sound node may sit a collective apart (gloo's ranks leave an all-reduce
+        # one after the other), which is no sign. Behind counts only where no rank fell silent.
+        culprits = silent or behind
         named = sorted({self.ranks[rank].host for rank in culprits} | set(unheard))
         if not named or set(named) >= set(self.nodes):
             waiting = next(iter(self.ranks.values())).where

@@ -49,6 +49,19 @@ def test_a_stopped_node_is_named_and_the_waiting_ones_are_not():
     assert "the others wait at step 10 collective" in detail
 
 
+def test_a_silent_node_is_named_though_a_sound_nodes_ranks_wait_a_collective_apart():
+    """As on the lab: gpu02's ranks stopped (SIGSTOP) at step 17; gpu01's two ranks go on printing
+    where they wait, one of them a collective ahead of the other (gloo's ranks leave an
+    all-reduce one after the other). The silent node is named, not both."""
+    watch = Watch(NODES[:2], 0.0, heartbeats=True)
+    watch.feed(beat(2, "gpu02", 36, "step 16 collective") + beat(3, "gpu02", 37, "step 17 compute"), 0.0)
+    for tick in range(2, 41, 2):
+        watch.feed(beat(0, "gpu01", 54, "step 25 collective") + beat(1, "gpu01", 56, "step 26 collective"),
+                   float(tick))
+    named, detail = watch.hung(heartbeat_s=2)
+    assert named == ["gpu02"] and "gpu02: ranks 2,3 fell silent 40 s before the others" in detail
+
+
 def test_a_rank_stuck_in_its_compute_while_alive_is_behind():
     watch = Watch(NODES, 0.0, heartbeats=True)
     now = 0.0
