@@ -9,7 +9,7 @@ The model (its constants fitted to published trainings, `tests/fixtures/plan/pub
   sequence parallelism (without it every rank runs them on the whole sequence); and a fixed
   time per layer (kernel launches);
 - tensor parallelism's all-reduces (or all-gathers and reduce-scatters) over NVLink, not hidden
-  behind compute (Megatron-LM's 2021-2022 schedules; `tp_overlap` takes a share off).
+  behind compute (Megatron-LM's 2021-2022 schedules).
 Model FLOPs (the MFU numerator) are the PaLM paper's (Chowdhery et al. 2022, appendix B):
 6 × the weights a token multiplies + 12·L·s·h for attention, whatever is recomputed.
 """
@@ -27,10 +27,9 @@ from provisioner.plan.models import ModelShape
 # tests/fixtures/plan/published.yaml (A100: Megatron-LM 2021-2022; H100: Llama 3); with them every
 # row's step time and MFU is within 11 % of the published figure (bench/plan_published.py).
 #
-# The share of the dense bf16 peak the matrix multiplications reach, per GPU generation (NVLink
-# names the generation). Blackwell has no published training to fit: Hopper's share is taken.
-GEMM_SHARE = {"nvlink3": 0.70, "nvlink4": 0.70, "nvlink4-h800": 0.70, "nvlink5": 0.70}
-DEFAULT_GEMM_SHARE = 0.70
+# The share of the dense peak the matrix multiplications reach. Fitted on A100 and H100 alike, the
+# two came out the same; Blackwell has no published training to fit and takes it too.
+GEMM_SHARE = 0.70
 # Bytes the memory-bound operations move per element of the layer's s·b·h activations, forward and
 # backward together (16-bit activations; dropout masks, the MLP's 4h-wide activations).
 ELEMENTWISE_BYTES = 80.0
@@ -90,7 +89,7 @@ class Work:
 
 
 def micro_batch_time(work: Work, gpu: Gpu, nvlink_gbps: float, context_gbps: float = 0.0,
-                     tp_overlap: float = 0.0, expert_gbps: float = 0.0) -> list[Quantity]:
+                     expert_gbps: float = 0.0) -> list[Quantity]:
     """The parts of one micro-batch's forward and backward pass on the busiest stage, in ms.
 
     With context parallelism (c) each GPU holds s/c of the sequence: its layers' GEMMs shrink by
@@ -99,10 +98,13 @@ def micro_batch_time(work: Work, gpu: Gpu, nvlink_gbps: float, context_gbps: flo
     shape, b, t, c = work.shape, work.micro_batch, work.tensor, work.context
     s, local, h, a = work.sequence, work.sequence / c, shape.hidden, shape.heads
     layers = work.stage.layers
-    share = GEMM_SHARE.get(gpu.nvlink, DEFAULT_GEMM_SHARE)
+    share = GEMM_SHARE
     layer_peak = (gpu.fp8_dense_tflops if work.fp8 else gpu.bf16_dense_tflops) * 1e12 * share
     peak = gpu.bf16_dense_tflops * 1e12 * share
     passes = 4 if work.recompute == "full" else 3
+    # Collectives per layer that move the layer's activations (tensor parallelism's, the experts'
+    # all-to-alls): 2 forward, 2 backward, 2 more when the forward pass is recomputed.
+    collectives = 4 + (2 if work.recompute == "full" else 0)
     layer_gemm = 2 * local * b * shape.active_parameters_per_layer / t
     # The attention core (QK^T and AV, 4·s²·b·h forward; its s/c queries against all s keys); a
     # causal fused kernel skips the masked half.
@@ -130,13 +132,12 @@ def micro_batch_time(work: Work, gpu: Gpu, nvlink_gbps: float, context_gbps: flo
                           f"{element_bytes / 1e9:.4g} GB / {gpu.memory_bandwidth_tbps:g} TB/s + {layers:g} × "
                           f"{LAYER_OVERHEAD_MS:g} ms = {element_ms:.4g} ms"))
     if t > 1:
-        calls = 4 + (2 if work.recompute == "full" else 0)
-        volume = layers * calls * 2 * (t - 1) / t * 2 * local * b * h
-        tp_ms = volume / (nvlink_gbps * 1e9 * NVLINK_SHARE) * (1 - tp_overlap) * 1e3
+        volume = layers * collectives * 2 * (t - 1) / t * 2 * local * b * h
+        tp_ms = volume / (nvlink_gbps * 1e9 * NVLINK_SHARE) * 1e3
         parts.append(Quantity("tensor-parallel collectives (exposed)", tp_ms, "ms",
-                              "L_stage × calls × 2(t-1)/t × 2·(s/c)·b·h / (NVLink × share) × (1 - overlap)",
-                              f"{layers:g} × {calls} × 2·({t}-1)/{t} × 2·{local:g}·{b}·{h} B / ({nvlink_gbps:g} "
-                              f"GB/s × {NVLINK_SHARE:g}) × {1 - tp_overlap:g} = {tp_ms:.4g} ms"))
+                              "L_stage × calls × 2(t-1)/t × 2·(s/c)·b·h / (NVLink × share)",
+                              f"{layers:g} × {collectives} × 2·({t}-1)/{t} × 2·{local:g}·{b}·{h} B / ({nvlink_gbps:g} "
+                              f"GB/s × {NVLINK_SHARE:g}) = {tp_ms:.4g} ms"))
     if c > 1:
         kv_width = max(shape.kv_heads / t, 1) * (h // a)
         chunks = (c - 1) * (6 + (2 if work.recompute == "full" else 0))
@@ -152,18 +153,17 @@ def micro_batch_time(work: Work, gpu: Gpu, nvlink_gbps: float, context_gbps: flo
         # Each token goes to its k experts and comes back (dispatch and combine), forward and
         # backward: 4 all-to-alls of the tokens this GPU holds, (e-1)/e of them leaving it.
         tokens = local * b / (t if work.sequence_parallel else 1)
-        calls = 4 + (2 if work.recompute == "full" else 0)
-        a2a_bytes = layers * calls * tokens * shape.experts_per_token * h * 2 * (e - 1) / e
+        a2a_bytes = layers * collectives * tokens * shape.experts_per_token * h * 2 * (e - 1) / e
         a2a_ms = a2a_bytes / (expert_gbps * 1e9) * 1e3
         parts.append(Quantity("expert all-to-all (exposed)", a2a_ms, "ms",
                               "L_stage × calls × tokens × k × h × 2 B × (e-1)/e / link",
-                              f"{layers:g} × {calls} × {tokens:g} × {shape.experts_per_token} × {h} × 2 B × ({e}-1)/{e}"
-                              f" / {expert_gbps:g} GB/s = {a2a_ms:.4g} ms"))
+                              f"{layers:g} × {collectives} × {tokens:g} × {shape.experts_per_token} × {h} × 2 B × "
+                              f"({e}-1)/{e} / {expert_gbps:g} GB/s = {a2a_ms:.4g} ms"))
     return parts
 
 
 def constants(gpu: Gpu) -> dict[str, float | str]:
     """The compute model's constants for this GPU, as the plan shows them."""
-    return {"gemm_share": GEMM_SHARE.get(gpu.nvlink, DEFAULT_GEMM_SHARE), "elementwise_bytes": ELEMENTWISE_BYTES,
+    return {"gemm_share": GEMM_SHARE, "elementwise_bytes": ELEMENTWISE_BYTES,
             "score_bytes": SCORE_BYTES, "layer_overhead_ms": LAYER_OVERHEAD_MS, "nvlink_share": NVLINK_SHARE,
             "fitted_to": "tests/fixtures/plan/published.yaml (Narayanan 2021, Korthikanti 2022, Llama 3)"}

@@ -327,8 +327,7 @@ def plan(request: PlanRequest) -> dict:
         document["closest"] = smallest.as_dict()
         document["verdict"] = (f"does not fit in GPU memory at any layout of {cluster.gpus} {cluster.gpu.name}: the "
                                f"smallest ({smallest.layout.description}) needs {smallest.memory_total_gb:.1f} GB per "
-                               f"GPU of "
-                               f"{cluster.usable_memory_gb:.1f} GB usable; try {_advice(request)}")
+                               f"GPU of {cluster.usable_memory_gb:.1f} GB usable; try {_advice(request)}")
         raise DoesNotFit(document)
     limit = sizing.scaling_limit(job, cluster, chosen.layout, global_batch)
     other = formulas.activation_memory(shape.layers, shape.hidden, shape.heads, shape.vocab, job.sequence,
@@ -348,7 +347,6 @@ def plan(request: PlanRequest) -> dict:
         "fits": True, "recommended": chosen.as_dict(), "scaling_limit": limit.as_dict(),
         "heuristics": sizing.heuristics(job, cluster, chosen),
         "verdict": (f"fits: {chosen.layout.description}, {chosen.memory_total_gb:.1f} of "
-                    f"{cluster.usable_memory_gb:.1f} GB per "
-                    f"GPU, predicted MFU {chosen.predicted_mfu:.1%}"),
+                    f"{cluster.usable_memory_gb:.1f} GB per GPU, predicted MFU {chosen.predicted_mfu:.1%}"),
     })
     return document

@@ -38,7 +38,6 @@ class Job:
     flash_attention: bool = True
     selective_recompute: bool = False
     sequence_parallel: bool = True
-    tp_overlap: float = 0.0
 
     @property
     def recompute(self) -> str:
@@ -85,10 +84,6 @@ class Layout:
     virtual_stages: int = 1  # interleaved 1F1B: each GPU holds this many chunks of L/(p·v) layers
     context: int = 1  # context parallelism: each GPU holds s/c of every sequence
     expert: int = 1  # expert parallelism: the experts spread over this many of the data-parallel ranks
-
-    @property
-    def gpus(self) -> int:
-        return self.tensor * self.context * self.pipeline * self.data
 
     @property
     def description(self) -> str:
@@ -181,7 +176,7 @@ def _micro_batch(job: Job, cluster: Cluster, layout: Layout) -> list[Quantity]:
             return cluster.bandwidth.intra_node_gbps if span <= cluster.domain else cluster.nic_gbps_per_gpu
         group = layout.tensor * layout.context
         return compute.micro_batch_time(work, cluster.gpu, cluster.bandwidth.intra_node_gbps, link(group),
-                                        job.tp_overlap, link(group * layout.expert))
+                                        link(group * layout.expert))
     tokens = job.micro_batch * job.sequence * layout.data
     flat = formulas.compute_time(job.active_parameters, tokens, cluster.gpus // layout.pipeline,
                                  cluster.gpu.bf16_dense_tflops, job.mfu, job.checkpointing)
@@ -218,7 +213,8 @@ def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
     tokens = job.micro_batch * job.sequence * layout.data * m
     parts = _micro_batch(job, cluster, layout)
     micro = sum(q.value for q in parts)
-    exposed_tp = sum(q.value for q in parts if q.name.startswith("tensor-parallel"))
+    tensor_traffic = [q for q in parts if q.name.startswith("tensor-parallel")]
+    exposed_tp = sum(q.value for q in tensor_traffic)
     computing = micro - exposed_tp
     compute_total = Quantity("compute", computing * m, "ms",
                              "micro-batches × (one micro-batch without the exposed tensor-parallel collectives)",
@@ -245,7 +241,7 @@ def evaluate(job: Job, cluster: Cluster, layout: Layout) -> Evaluation:
                      "spreads them); compute counts the active ones")
     return Evaluation(
         layout=layout, memory=memory, memory_total_gb=total, fits=total <= cluster.usable_memory_gb,
-        communication=[q for q in parts if q.name.startswith("tensor-parallel")] + sync, compute=compute_total,
+        communication=tensor_traffic + sync, compute=compute_total,
         bubble=bubble, step_time_ms=step, exposed_communication_ms=exposed_sync + exposed_tp * m,
         scaling_efficiency=compute_total.value / step if step else 1.0,
         predicted_mfu=mfu, tokens_per_step=tokens, micro_batch_parts=parts, optimizer=optimizer,
