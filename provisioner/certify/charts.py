@@ -5,9 +5,11 @@ as a matrix of partner busbw. Written directly (a few bytes per node), no plotti
 from __future__ import annotations
 
 import html
+import statistics
 from typing import Any
 
 WIDTH, LEFT, RIGHT = 760, 20, 20
+REFERENCE_COLOUR, BAD_COLOUR, GOOD_COLOUR, THRESHOLD_COLOUR = "#31708f", "#c9302c", "#3c763d", "#8a6d3b"
 OUTLIERS_NAMED = 12
 TIPS_UP_TO = 300  # subjects: above this, only the bad ones carry a tooltip
 
@@ -28,17 +30,33 @@ def _ticks(top: float) -> list[float]:
     return [round(step * i, 6) for i in range(int(top / step) + 1)]
 
 
+def against_reference(title: str, values: dict[str, float], unit: str, percent: float, *,
+                      reference: float | None = None, reference_label: str = "fleet median",
+                      threshold: float | None = None, above: bool = False) -> str:
+    """A strip of the subjects against a reference (their median unless given) and the limit
+    percent below it (above it, for times), and the threshold where there is one: the subjects
+    past the limit are the bad ones."""
+    if not values:
+        return ""
+    reference = statistics.median(values.values()) if reference is None else reference
+    limit = reference * (1 + percent / 100 if above else 1 - percent / 100)
+    lines = [(reference_label, reference, REFERENCE_COLOUR),
+             (f"{percent:g}% {'above' if above else 'below'}", limit, BAD_COLOUR)]
+    if threshold is not None:
+        lines.append(("threshold", threshold, THRESHOLD_COLOUR))
+    return strip(title, values, unit, lines, limit, low_is_bad=not above)
+
+
 def strip(title: str, values: dict[str, float], unit: str, lines: list[tuple[str, float, str]],
-          low_is_bad: bool = True) -> str:
+          limit: float, low_is_bad: bool = True) -> str:
     """One dot per subject along a value axis; lines (label, value, colour) drawn across (the fleet
-    median, the floors); subjects beyond the first line marked bad are red and the worst named."""
+    median, the floors); subjects past the limit are red and the worst named."""
     if not values:
         return ""
     top = max([*values.values(), *(value for _, value, _ in lines)]) * 1.08 or 1.0
-    bad_line = next((value for label, value, colour in lines if colour == "#c9302c"), None)
 
     def bad(value: float) -> bool:
-        return bad_line is not None and (value < bad_line if low_is_bad else value > bad_line)
+        return value < limit if low_is_bad else value > limit
 
     height, base = 150, 110
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
@@ -63,18 +81,19 @@ def strip(title: str, values: dict[str, float], unit: str, lines: list[tuple[str
     named = {name for name, value in ordered[:OUTLIERS_NAMED] if bad(value)}
     for index, (name, value) in enumerate(sorted(values.items())):
         y = 60 + (index * 37) % 44  # spread the dots over a band so that equal values stay visible
-        colour = "#c9302c" if bad(value) else "#3c763d"
+        colour = BAD_COLOUR if bad(value) else GOOD_COLOUR
         tip = (f"<title>{html.escape(name)}: {value:.4g} {html.escape(unit)}</title>"
                if bad(value) or len(values) <= TIPS_UP_TO else "")
         parts.append(f'<circle cx="{_x(value, top):.1f}" cy="{y}" r="{4 if bad(value) else 2.5}" fill="{colour}" '
                      f'fill-opacity="0.7">{tip}</circle>')
         if name in named:
-            parts.append(f'<text x="{_x(value, top) + 6:.1f}" y="{y + 3}" font-size="10" fill="#c9302c">'
+            parts.append(f'<text x="{_x(value, top) + 6:.1f}" y="{y + 3}" font-size="10" fill="{BAD_COLOUR}">'
                          f'{html.escape(name)}</text>')
     hidden = sum(1 for value in values.values() if bad(value)) - len(named)
     if hidden > 0:
-        parts.append(f'<text x="{WIDTH - RIGHT}" y="14" font-size="10" text-anchor="end" fill="#c9302c">'
-                     f'and {hidden} more below the floor (see the table)</text>')
+        past = "below the floor" if low_is_bad else "above the limit"
+        parts.append(f'<text x="{WIDTH - RIGHT}" y="14" font-size="10" text-anchor="end" fill="{BAD_COLOUR}">'
+                     f'and {hidden} more {past} (see the table)</text>')
     parts.append("</svg>")
     return "".join(parts)
 

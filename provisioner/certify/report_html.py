@@ -17,12 +17,12 @@ import matplotlib
 
 from provisioner.ansible.records import write_private
 from provisioner.certify import charts
+from provisioner.certify.schedule import pair_reference
 from provisioner.certify.summary import figure, summarise
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "none": 3}
 FOLD_ABOVE = 32  # nodes: above this, the certified rows of the map start folded
 STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;color:#222}
 h1{margin:0}.banner{padding:.8em 1em;border-radius:6px;margin-bottom:1em}.certified{background:#dff0d8}
@@ -178,21 +178,13 @@ def _communication_charts(document: dict[str, Any]) -> list[str]:
     thresholds = document["thresholds"]
     charts_html = []
     for instrument in ("nccl-tests", "sweep"):
-        per_node = {key: value for key, value in (medians.get(f"{instrument}.node") or {}).items()}
-        if per_node:
-            median = statistics.median(per_node.values())
-            lines = [("fleet median", median, "#31708f"),
-                     (f"{variance:g}% below", median * (1 - variance / 100), "#c9302c"),
-                     ("threshold", thresholds["intra_node_gbps"], "#8a6d3b")]
-            charts_html.append(charts.strip(f"{instrument}: busbw of each node alone at the gradient size", per_node,
-                                            "GB/s", lines))
+        per_node = medians.get(f"{instrument}.node") or {}
+        charts_html.append(charts.against_reference(f"{instrument}: busbw of each node alone at the gradient size",
+                                                    per_node, "GB/s", variance,
+                                                    threshold=thresholds["intra_node_gbps"]))
         pairs = medians.get(f"{instrument}.pair") or {}
         if pairs:
-            best: dict[str, float] = {}
-            for key, value in pairs.items():
-                for node in key.split("+"):
-                    best[node] = max(best.get(node, value), value)
-            reference = statistics.median(best.values())
+            reference = pair_reference([(key.split("+"), value) for key, value in pairs.items()])
             floor = reference * (1 - variance / 100)
             rounds = []
             for round_ in document.get("rounds") or []:
@@ -202,10 +194,9 @@ def _communication_charts(document: dict[str, Any]) -> list[str]:
                         rounds.append({"round": round_["name"], "nodes": job["nodes"], "busbw": pairs[key]})
             charts_html.append(charts.pair_matrix(f"{instrument}: each node's pair, round by round (reference "
                                                   f"{reference:.3g} GB/s, floor {floor:.3g})", rounds, floor, "GB/s"))
-            charts_html.append(charts.strip(f"{instrument}: busbw of each pair", pairs, "GB/s",
-                                            [("a sound pair", reference, "#31708f"),
-                                             (f"{variance:g}% below", floor, "#c9302c"),
-                                             ("threshold", thresholds["inter_node_gbps"], "#8a6d3b")]))
+            charts_html.append(charts.against_reference(f"{instrument}: busbw of each pair", pairs, "GB/s", variance,
+                                                        reference=reference, reference_label="a sound pair",
+                                                        threshold=thresholds["inter_node_gbps"]))
     size_plot = _size_plot(document.get("curves") or [])
     return [c for c in charts_html if c] + ([size_plot] if size_plot else [])
 
@@ -264,11 +255,9 @@ def _training_section(document: dict[str, Any]) -> str:
     compute = {f"rank {r['rank']} ({r['host']})": r["compute_median_s"] * 1000
                for r in training.get("rank_compute") or [] if r.get("compute_median_s")}
     if compute:
-        median = statistics.median(compute.values())
         limit = (document.get("criteria") or {}).get("straggler_percent", 100.0)
-        lines = [("median", median, "#31708f"), (f"{limit:g}% above", median * (1 + limit / 100), "#c9302c")]
-        chart_html = charts.strip("median compute time per step of each rank (a straggler is slow)", compute, "ms",
-                                  lines, low_is_bad=False)
+        chart_html = charts.against_reference("median compute time per step of each rank (a straggler is slow)",
+                                              compute, "ms", limit, reference_label="median", above=True)
         parts.append(f"<figure>{chart_html}</figure>")
     if training.get("step_time_s"):
         chart, axis = plt.subplots(figsize=(8, 3))
@@ -312,12 +301,9 @@ def _storage_section(document: dict[str, Any]) -> str:
                      " of the training's time.</p>")
     for direction in ("write", "read"):
         values = {node: figures[f"{direction}_gbps"] for node, figures in storage["nodes"].items()}
-        if values:
-            median = statistics.median(values.values())
-            lines = [("fleet median", median, "#31708f"),
-                     (f"{variance:g}% below", median * (1 - variance / 100), "#c9302c")]
-            parts.append(f"<figure>{charts.strip(f'checkpoint {direction} of each node', values, 'GB/s', lines)}"
-                         "</figure>")
+        chart_html = charts.against_reference(f"checkpoint {direction} of each node", values, "GB/s", variance)
+        if chart_html:
+            parts.append(f"<figure>{chart_html}</figure>")
     return "".join(parts)
 
 

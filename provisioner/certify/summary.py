@@ -8,6 +8,8 @@ from typing import Any
 
 from rich.console import Console
 
+from provisioner.ansible.playbooks import drain_reason
+
 
 def figure(value: Any, unit: str) -> str:
     """A measured value or threshold with its unit; an empty string where there is none."""
@@ -29,7 +31,7 @@ def evidence(check: dict[str, Any]) -> str:
 
 
 def _actions(node: str, inventory: str, failed: list[str]) -> list[str]:
-    reason = ("certify: " + ", ".join(failed))[:120]
+    reason = drain_reason("certify: " + ", ".join(failed))
     return [f"provision drain {node} -i {shlex.quote(inventory)} --reason {shlex.quote(reason)}",
             f"provision replace-node {node} -i {shlex.quote(inventory)}   # once repaired or replaced"]
 
