@@ -69,7 +69,7 @@ def compare(row: dict[str, Any]) -> Comparison:
     d = gpus // (t * c * p)
     batch, b = row["global_batch"], training["micro_batch"]
     link = hardware.INTRA_NODE_LINKS[gpu.nvlink]
-    bandwidth = sizing.Bandwidth(link.gbps_per_gpu, fabric.gbyte_per_port * where["hcas_per_node"], "nominal")
+    bandwidth = sizing.nominal_bandwidth(link, fabric, where["hcas_per_node"])
     cluster = sizing.Cluster(gpu, where["gpus_per_node"], gpus // where["gpus_per_node"], bandwidth)
     parameters = float(shape.parameters)
     job = sizing.Job(shape, parameters, float(shape.active_parameters), training["sequence"], b, "bf16", "adam",

@@ -141,9 +141,7 @@ def _cluster(request: PlanRequest, problems: list[InputProblem]) -> sizing.Clust
     if problems or gpu is None or fabric is None or link is None or not nodes:
         return None
     hcas = hcas or per_node
-    bandwidth = sizing.Bandwidth(link.gbps_per_gpu, fabric.gbyte_per_port * hcas,
-                                 f"nominal: {link.name} {link.gbps_per_gpu:g} GB/s per GPU; {hcas} x "
-                                 f"{fabric.description} = {fabric.gbyte_per_port * hcas:g} GB/s per node")
+    bandwidth = sizing.nominal_bandwidth(link, fabric, hcas)
     if request.certification is not None:
         measured = sources.from_certification(request.certification)
         bandwidth = sizing.Bandwidth(measured.intra_node_gbps or bandwidth.intra_node_gbps,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from provisioner.plan import compute, formulas
 from provisioner.plan.formulas import Quantity
-from provisioner.plan.hardware import FABRICS, Gpu
+from provisioner.plan.hardware import FABRICS, Fabric, Gpu, Link
 from provisioner.plan.models import ModelShape
 
 
@@ -18,6 +18,13 @@ class Bandwidth:
     inter_node_gbps: float
     source: str
     measured_all_gbps: float | None = None  # busbw of an all-nodes all-reduce (certification), if measured
+
+
+def nominal_bandwidth(link: Link, fabric: Fabric, hcas: int) -> Bandwidth:
+    """The nominal figures: the GPU's NVLink (or PCIe), and the node's HCAs at the fabric's rate."""
+    return Bandwidth(link.gbps_per_gpu, fabric.gbyte_per_port * hcas,
+                     f"nominal: {link.name} {link.gbps_per_gpu:g} GB/s per GPU; {hcas} x "
+                     f"{fabric.description} = {fabric.gbyte_per_port * hcas:g} GB/s per node")
 
 
 @dataclass(frozen=True)
