@@ -162,6 +162,11 @@ class _Rollout:
         self.request, self.console = request, console
         self.nodes = nodes
         self.unreachable: list[str] = []
+        # What the batch's own steps last read, so that nothing reads it again before it can have
+        # changed: the versions after the build (the partners are chosen by them) and Slurm's
+        # states after the last resume (the next batch is planned from them).
+        self.batch_fleet: FleetRead | None = None
+        self.states_after_batch: dict[str, set[str]] = {}
         self.record = CommandRecord(request.runs_dir, "upgrade", {
             "argv": request.argv, "inventory": request.inventory.name, "reason": request.reason,
             "batch": request.batch, "max_unavailable": request.max_unavailable, "started": now(), "batches": [],
@@ -202,7 +207,7 @@ class _Rollout:
                                             {"slurm_nodes_held_drained": nodes}, limit=",".join(nodes)).record)
 
     def verify_versions(self, nodes: list[str], step: StepRecord) -> None:
-        fleet = self.fleet()
+        fleet = self.batch_fleet = self.fleet()
         step.run_record = str(fleet.record)
         own = [row for row in fleet.differences if row["host"] in nodes]
         step.evidence.update({"nodes_compared": fleet.compared,
@@ -222,7 +227,8 @@ class _Rollout:
         others = [n for n in self.request.inventory.group("gpu_nodes") if n not in batch and n not in self.unreachable]
         idle, sinfo = wait_for_idle(self.request, self.console, "upgrade-states", node, others,
                                     self.request.partner_wait_s)
-        differing = {row["host"] for row in self.fleet().differences}
+        assert self.batch_fleet is not None, "the batch's versions are read before its nodes are certified"
+        differing = {row["host"] for row in self.batch_fleet.differences}
         chosen = ([n for n in idle if n not in differing] or idle)[0]
         step.evidence.update({"partner_states": sinfo, "partner_not_yet_upgraded": chosen in differing})
         return chosen, chosen in differing
@@ -237,7 +243,8 @@ class _Rollout:
 
     def resume(self, node: str, step: StepRecord) -> None:
         step.run_record = str(self.release(node))
-        check_in_service(node, self.cluster()[0], step)
+        self.states_after_batch = self.cluster()[0]
+        check_in_service(node, self.states_after_batch, step)
 
     def run_batch(self, batch: list[str]) -> None:
         hold = f"{REASON_PREFIX} {self.request.reason}"
@@ -319,13 +326,7 @@ def upgrade(request: UpgradeRequest, console: Console) -> int:
                               f"{record.folder}", highlight=False)
                 return exit_code_for(error)
             todo = [node for node in todo if node not in batch]
-            if todo:
-                try:
-                    states = rollout.cluster()[0]
-                except StepFailed as error:
-                    record.finish(step_result(error), detail=f"reading the cluster: {error}", remaining=todo)
-                    console.print(f"[red]upgrade stopped[/]: the cluster could not be read: {error}", highlight=False)
-                    return exit_code_for(error)
+            states = rollout.states_after_batch
         record.finish("upgraded")
         upgraded = rollout.document["batches"]
         console.print(f"[green]upgrade done[/]: {sum(len(b) for b in upgraded)} node(s) upgraded in {len(upgraded)} "

@@ -125,7 +125,7 @@ def test_a_new_driver_rolls_one_node_at_a_time_a_failed_node_stops_it_and_a_reru
         runs: Path, back_to_the_first_driver):
     before = {node: boot_mark(node) for node in GPU_NODES}
     submitted = node_exec("ctl01", "sbatch", "--parsable", "--nodelist=gpu01", "--gres=gpu:1",
-                          "--output=/shared/upgrade-user.out", "--wrap", "sleep 40; echo finished")
+                          "--output=/shared/upgrade-user.out", "--wrap", "sleep 20; echo finished")
     assert submitted.returncode == 0, submitted.stderr
     set_driver_pin(NEW_DRIVER)
     # gpu01's fabric port goes down: its upgrade fails after its reboot, at the build.
@@ -141,8 +141,9 @@ def test_a_new_driver_rolls_one_node_at_a_time_a_failed_node_stops_it_and_a_reru
         assert any("version mismatch" in reason for reason in failed["nodes"]["gpu01"]["rebooted_for"])
         state, reason = sinfo_node("gpu01").split("|", 1)
         assert state.startswith("drain") and reason.startswith("upgrade: build:"), reason
-        # The user's job ran to its end before gpu01 was taken.
+        # The user's job ran to its end before gpu01 was taken: the drain waited for it.
         assert node_exec("gpu01", "cat", "/shared/upgrade-user.out").stdout.strip() == "finished"
+        assert failed["nodes"]["gpu01"]["steps"][0]["duration_s"] > 5, failed["nodes"]["gpu01"]["steps"][0]
         # gpu02 was not touched: in service, on its driver, not rebooted
         assert sinfo_node("gpu02").startswith("idle") and driver("gpu02") == DEFAULT_DRIVER_VERSION
         assert boot_mark("gpu02") == before["gpu02"] and "gpu02" not in failed["nodes"]

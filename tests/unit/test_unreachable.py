@@ -159,3 +159,16 @@ def test_replace_node_never_pairs_with_a_node_that_did_not_answer(
         assert code == EXIT_FAILED and cluster.certified_pairs == []
         assert document["steps"][-1]["name"] == "certify"
         assert document["steps"][-1]["detail"].startswith("no idle healthy node to pair gpu01 with within 0 s")
+
+
+def test_a_rollout_reads_the_fleet_and_slurm_once_per_batch_beyond_what_its_steps_need(
+        inventory: Inventory, cluster: StandInCluster, tmp_path: Path):
+    """The versions read after a batch's build choose its partners, and the states read after its
+    last resume plan the next batch: neither is read again (at 1,000 nodes a fleet read asks
+    every GPU node)."""
+    request = UpgradeRequest(inventory=inventory, runs_dir=tmp_path / "runs", reason="driver 550", max_unavailable=2)
+    assert upgrade(request, quiet()) == EXIT_OK
+    reads = [r.playbook for r in cluster.requests if r.playbook in ("fleet_versions.yml", "slurm_states.yml")]
+    # before the batches: states, versions; per batch: versions (verify), states (partner), states (resume)
+    batch = ["fleet_versions.yml", "slurm_states.yml", "slurm_states.yml"]
+    assert reads == ["slurm_states.yml", "fleet_versions.yml", *batch, *batch]
