@@ -103,3 +103,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for module, seconds in sorted(totals.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
     terminalreporter.write_line(f"{sum(totals.values()):8.1f} s  in all")
+    from tests.molecule_runs import SCENARIO_SECONDS
+
+    if SCENARIO_SECONDS:
+        terminalreporter.write_sep("-", "Molecule scenarios, each its own wall time (they run side by side)")
+        for role, seconds in sorted(SCENARIO_SECONDS.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{seconds:8.1f} s  {role}")

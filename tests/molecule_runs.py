@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -24,9 +25,19 @@ SCENARIO_TIMEOUT_S = 1500
 # The longest scenarios start first, so that the pool does not end on one of them alone
 # (gpu_driver, started in the second wave, was the last to end in a whole run).
 LONGEST_FIRST = ["slurm", "gpu_driver", "certification", "firmware", "monitoring", "infiniband"]
+# Each scenario's own wall time (seconds) in this run, for the time table at the end.
+SCENARIO_SECONDS: dict[str, float] = {}
 
 
 def run_scenario(role: str) -> subprocess.CompletedProcess[str]:
+    started = time.monotonic()
+    try:
+        return _molecule_test(role)
+    finally:
+        SCENARIO_SECONDS[role] = time.monotonic() - started
+
+
+def _molecule_test(role: str) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
                    "ANSIBLE_NOCOLOR": "1", "NO_COLOR": "1", "PY_COLORS": "0"}
     try:
