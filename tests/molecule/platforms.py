@@ -81,7 +81,10 @@ def main() -> None:
     unknown = sorted({key for platform in platforms for key in platform} - KNOWN)
     if unknown:
         sys.exit(f"platform keys this create does not know: {', '.join(unknown)} (tests/molecule/platforms.py)")
-    create(platforms) if action == "create" else destroy(platforms)
+    if action == "create":
+        create(platforms)
+    else:
+        destroy(platforms)
 
 
 if __name__ == "__main__":
